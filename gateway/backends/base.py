@@ -1,0 +1,96 @@
+"""The backend seam: one request in, an async stream of normalized chunks out.
+
+Every upstream call goes through `Backend.stream`. A backend translates its transport's failures
+into `gateway.errors.UpstreamError` subclasses; the router never sees httpx or litellm exceptions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(slots=True)
+class ToolCallDelta:
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+
+@dataclass(slots=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    # Provider-specific breakdowns (cached tokens, reasoning tokens) pass through untouched.
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __iadd__(self, other: Usage) -> Usage:
+        self.prompt_tokens += other.prompt_tokens
+        self.completion_tokens += other.completion_tokens
+        self.total_tokens += other.total_tokens
+        self.extra = {**self.extra, **other.extra}
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **self.extra,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.total_tokens,
+        }
+
+
+@dataclass(slots=True)
+class Chunk:
+    """One streaming delta of choice 0, normalized across providers.
+
+    The normalized fields are authoritative; `delta_extra`, `choice_extra` and `extra` carry fields
+    we do not interpret (logprobs, system_fingerprint, provider fields) so that they reach the
+    client untouched.
+    """
+
+    role: str | None = None
+    content: str | None = None
+    reasoning: str | None = None
+    tool_calls: list[ToolCallDelta] = field(default_factory=list)
+    finish_reason: str | None = None
+    usage: Usage | None = None
+    delta_extra: dict[str, Any] = field(default_factory=dict)
+    choice_extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def carries_output(self) -> bool:
+        """True once the model has produced something: the point after which a retry is visible."""
+        return bool(self.content or self.reasoning or self.tool_calls or self.finish_reason)
+
+
+@dataclass(frozen=True, slots=True)
+class BackendRequest:
+    """An OpenAI chat-completions body already addressed to one deployment (its model name)."""
+
+    body: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class Backend(Protocol):
+    """One deployment's transport. Implementations: OpenAI-compatible over httpx, litellm."""
+
+    name: str
+
+    def stream(self, request: BackendRequest) -> AsyncIterator[Chunk]:
+        """Yield chunks until the upstream finishes; raise `UpstreamError` on any failure.
+
+        The stream ends normally only when the upstream signalled completion ([DONE] or
+        equivalent): a cut connection is an error, never a short answer.
+        """
+        ...
+
+    async def probe(self) -> None:
+        """Cheap liveness check for active health probes; raise `UpstreamError` if unhealthy."""
+        ...
+
+    async def aclose(self) -> None: ...

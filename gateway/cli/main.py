@@ -1,0 +1,21 @@
+"""The `gateway` console script: one group, one module per command group."""
+
+from __future__ import annotations
+
+import click
+
+from gateway.cli.demo import demo_command
+from gateway.cli.serve import config_group, serve_command
+from gateway.sim.cli import sim_command
+
+
+@click.group()
+@click.version_option(package_name="agent-gateway")
+def cli() -> None:
+    """agent-gateway: reliability middleware between AI agents and model servers."""
+
+
+cli.add_command(serve_command)
+cli.add_command(config_group)
+cli.add_command(demo_command)
+cli.add_command(sim_command)

@@ -1,0 +1,50 @@
+"""`gateway serve` and `gateway config check`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from gateway.cli.serving import base_url, bind, serve
+from gateway.settings import ConfigError, Settings, load_settings
+
+
+def load_or_exit(path: Path) -> Settings:
+    try:
+        return load_settings(path)
+    except ConfigError as error:
+        for problem in error.problems:
+            click.echo(f"{path}: {problem}", err=True)
+        sys.exit(2)
+
+
+@click.command("serve")
+@click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False), required=True)
+@click.option("--host", default=None, help="overrides server.host")
+@click.option("--port", type=int, default=None, help="overrides server.port; 0 picks a free port")
+def serve_command(config_path: Path, host: str | None, port: int | None) -> None:
+    """Serve the gateway described by a config file."""
+    from gateway.app import create_app  # the service's imports are paid only by commands that serve
+
+    settings = load_or_exit(config_path)
+    sock = bind(host or settings.server.host, settings.server.port if port is None else port)
+    url = base_url(sock)
+    serve(create_app(settings), sock, lambda: click.echo(f"gateway listening on {url}/v1", nl=True))
+
+
+@click.group("config")
+def config_group() -> None:
+    """Inspect configuration files."""
+
+
+@config_group.command("check")
+@click.argument("path", type=click.Path(path_type=Path, dir_okay=False))
+def check_command(path: Path) -> None:
+    """Validate a config file; print every problem with its key path."""
+    settings = load_or_exit(path)
+    deployments = sum(len(m.deployments) for m in settings.models)
+    click.echo(
+        f"{path}: ok ({len(settings.models)} models, {deployments} deployments, store {settings.store.kind})"
+    )

@@ -1,0 +1,53 @@
+"""Running an ASGI app under uvicorn on a socket we bind ourselves, so that port 0 works and the
+URL we print is the one that is accepting connections."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import socket
+from collections.abc import Callable
+from typing import Any
+
+import uvicorn
+
+
+class _AnnouncingServer(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config, on_ready: Callable[[], None]) -> None:
+        super().__init__(config)
+        self._on_ready = on_ready
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if not self.should_exit:  # lifespan startup can fail; then there is nothing to announce
+            self._on_ready()
+
+
+def bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def base_url(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def serve(app: Any, sock: socket.socket, on_ready: Callable[[], None]) -> None:
+    """Serve until SIGINT/SIGTERM; `on_ready` runs once the app has started and accepts."""
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        access_log=False,
+        loop="uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
+        http="httptools" if importlib.util.find_spec("httptools") else "h11",
+        timeout_graceful_shutdown=10,
+    )
+    server = _AnnouncingServer(config, on_ready)
+    config.setup_event_loop()
+    asyncio.run(server.serve(sockets=[sock]))

@@ -1,0 +1,178 @@
+"""Every error the gateway raises on purpose, with its stable code and HTTP status.
+
+Foreign exceptions (httpx, litellm, redis, pydantic) are translated into these at the boundary
+where they occur; nothing else crosses into the request path. `gateway.http.errors` is the one
+place that turns them into responses.
+
+    GatewayError
+    ├── InvalidRequest              400  invalid_request_error
+    │   ├── BodyTooLarge            413
+    │   └── UnsupportedParameter    400
+    ├── AuthenticationFailed        401  authentication_error
+    ├── PermissionDenied            403  permission_error
+    ├── NotFound                    404  not_found_error
+    │   └── ModelNotFound           404
+    ├── RateLimited                 429  rate_limit_error   (Retry-After)
+    ├── NoDeploymentAvailable       503  service_unavailable (every deployment open, unhealthy or full)
+    └── UpstreamError               502  upstream_error     (one failed attempt at one deployment)
+        ├── UpstreamConnectError         could not connect
+        ├── UpstreamTimeout         504  connect / first-token / stall timeout
+        ├── UpstreamStatusError          the upstream answered with an error status
+        ├── UpstreamProtocolError        malformed chunk, stream cut before [DONE]
+        └── UpstreamInBandError          an error event inside a 200 stream
+
+`UpstreamError.retryable` tells the router whether another attempt may succeed.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class GatewayError(Exception):
+    # Class-level defaults; an instance may refine them (an upstream's own 4xx status, say).
+    status: int = 500
+    type: str = "api_error"
+    code: str = "internal_error"
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+    def headers(self) -> dict[str, str]:
+        return {}
+
+
+class InvalidRequest(GatewayError):
+    status = 400
+    type = "invalid_request_error"
+    code = "invalid_request"
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message, param=param)
+        if code is not None:
+            self.code = code
+
+
+class BodyTooLarge(InvalidRequest):
+    status = 413
+    code = "request_too_large"
+
+
+class UnsupportedParameter(InvalidRequest):
+    code = "unsupported_parameter"
+
+
+class AuthenticationFailed(GatewayError):
+    status = 401
+    type = "authentication_error"
+    code = "invalid_api_key"
+
+
+class PermissionDenied(GatewayError):
+    status = 403
+    type = "permission_error"
+    code = "permission_denied"
+
+
+class NotFound(GatewayError):
+    status = 404
+    type = "not_found_error"
+    code = "not_found"
+
+
+class ModelNotFound(NotFound):
+    type = "invalid_request_error"
+    code = "model_not_found"
+
+
+class RateLimited(GatewayError):
+    status = 429
+    type = "rate_limit_error"
+    code = "rate_limit_exceeded"
+
+    def __init__(self, message: str, *, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(max(1, round(self.retry_after_s)))}
+
+
+class NoDeploymentAvailable(GatewayError):
+    status = 503
+    type = "service_unavailable"
+    code = "no_deployment_available"
+
+    def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+    def headers(self) -> dict[str, str]:
+        if self.retry_after_s is None:
+            return {}
+        return {"Retry-After": str(max(1, round(self.retry_after_s)))}
+
+
+class UpstreamError(GatewayError):
+    """One attempt at one deployment failed; `reason` is a short stable label for metrics and audit."""
+
+    status = 502
+    type = "upstream_error"
+    code = "upstream_error"
+    reason: ClassVar[str] = "upstream_error"
+    retryable: bool = True
+
+    def __init__(self, message: str, *, deployment: str = "") -> None:
+        super().__init__(message)
+        self.deployment = deployment
+
+
+class UpstreamConnectError(UpstreamError):
+    code = "upstream_connect_error"
+    reason = "connect_error"
+
+
+class UpstreamTimeout(UpstreamError):
+    status = 504
+    code = "upstream_timeout"
+    reason = "timeout"
+
+    def __init__(self, message: str, *, deployment: str = "", phase: str) -> None:
+        super().__init__(message, deployment=deployment)
+        self.phase = phase  # "connect" | "first_token" | "stall"
+
+
+class UpstreamStatusError(UpstreamError):
+    code = "upstream_status_error"
+    reason = "status"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        deployment: str = "",
+        upstream_status: int,
+        retry_after_s: float | None = None,
+    ) -> None:
+        super().__init__(message, deployment=deployment)
+        self.upstream_status = upstream_status
+        self.retry_after_s = retry_after_s
+        # 4xx other than 408/409/429 means the request itself is wrong: another deployment of the
+        # same model would say the same, so retrying only burns time.
+        self.retryable = upstream_status in (408, 409, 429) or upstream_status >= 500
+        if not self.retryable:
+            # The upstream rejected the request itself: the client gets that status and message.
+            self.status = upstream_status
+            self.type = "invalid_request_error"
+
+
+class UpstreamProtocolError(UpstreamError):
+    code = "upstream_protocol_error"
+    reason = "protocol_error"
+
+
+class UpstreamInBandError(UpstreamError):
+    code = "upstream_inband_error"
+    reason = "inband_error"

@@ -1,0 +1,116 @@
+"""`/v1/chat/completions` and `/v1/models`: the OpenAI-compatible surface.
+
+The handler parses and validates, hands a context to the pipeline, and waits for the first chunk
+before choosing the response: an error before any output is a proper HTTP error status, after it
+an in-band error event followed by `[DONE]`, never a silently truncated 200.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import BaseRoute, Route
+
+from gateway.backends.base import Chunk
+from gateway.errors import GatewayError
+from gateway.http import sse
+from gateway.http.errors import gateway_error_body, gateway_error_response
+from gateway.http.requests import read_json_body, validate_chat_request
+from gateway.pipeline import Handler, RequestContext
+from gateway.wire import ChunkRenderer, Completion, dumps
+
+log = logging.getLogger(__name__)
+
+_SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+class OpenAIApi:
+    def __init__(self, pipeline: Handler, models: Sequence[str], max_body_bytes: int) -> None:
+        self._pipeline = pipeline
+        self._models = list(models)
+        self._max_body_bytes = max_body_bytes
+
+    def routes(self) -> list[BaseRoute]:
+        return [
+            Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
+            Route("/v1/models", self.list_models, methods=["GET"]),
+        ]
+
+    async def chat_completions(self, request: Request) -> Response:
+        payload = await read_json_body(request, self._max_body_bytes)
+        parsed = validate_chat_request(payload)
+        ctx = RequestContext(
+            request_id=request.headers.get("x-request-id") or uuid.uuid4().hex,
+            completion_id=f"chatcmpl-{uuid.uuid4().hex}",
+            model=parsed.model,
+            body=payload,
+            stream=parsed.stream,
+            include_usage=bool(parsed.stream_options and parsed.stream_options.include_usage),
+            headers=request.headers,
+        )
+        chunks = self._pipeline(ctx)
+        try:
+            first = await anext(chunks, None)
+        except BaseException:
+            await chunks.aclose()
+            raise
+        headers = {"X-Request-Id": ctx.request_id}
+        if ctx.stream:
+            return StreamingResponse(
+                _sse_stream(ctx, first, chunks),
+                media_type="text/event-stream",
+                headers={**_SSE_HEADERS, **headers},
+            )
+        return await _collect(ctx, first, chunks, headers)
+
+    async def list_models(self, _: Request) -> Response:
+        data = [
+            {"id": name, "object": "model", "created": 0, "owned_by": "agent-gateway"}
+            for name in self._models
+        ]
+        return Response(dumps({"object": "list", "data": data}), media_type="application/json")
+
+
+async def _rest(first: Chunk | None, chunks: AsyncGenerator[Chunk, None]) -> AsyncIterator[Chunk]:
+    if first is not None:
+        yield first
+    async for chunk in chunks:
+        yield chunk
+
+
+async def _sse_stream(
+    ctx: RequestContext, first: Chunk | None, chunks: AsyncGenerator[Chunk, None]
+) -> AsyncIterator[bytes]:
+    renderer = ChunkRenderer(ctx.completion_id, ctx.created, ctx.model)
+    async with contextlib.aclosing(chunks):
+        try:
+            async for chunk in _rest(first, chunks):
+                rendered = renderer.render(chunk)
+                if rendered is not None:
+                    yield sse.event(rendered)
+        except GatewayError as error:
+            yield sse.event(gateway_error_body(error))
+            yield sse.DONE
+            return
+    if ctx.include_usage:
+        yield sse.event(renderer.render_usage(ctx.usage))
+    yield sse.DONE
+
+
+async def _collect(
+    ctx: RequestContext, first: Chunk | None, chunks: AsyncGenerator[Chunk, None], headers: dict[str, str]
+) -> Response:
+    completion = Completion()
+    async with contextlib.aclosing(chunks):
+        try:
+            async for chunk in _rest(first, chunks):
+                completion.add(chunk)
+        except GatewayError as error:
+            return gateway_error_response(error)
+    body = completion.render(ctx.completion_id, ctx.created, ctx.model, ctx.usage)
+    return Response(dumps(body), media_type="application/json", headers=headers)

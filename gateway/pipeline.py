@@ -1,0 +1,99 @@
+"""The request path: a short list of stages, each wrapping the rest of the path.
+
+A stage is called with the request context and the next handler and returns the chunk stream,
+so one interface covers stages that act before the call (auth, quota, policy), around it
+(settle, audit) and on each chunk (metering, response policy). Nothing runs until the first
+chunk is pulled; an error raised before the first chunk becomes an HTTP error response, one
+raised later an in-band error event. The non-streaming response is this same stream, collected.
+
+`compose` builds the path once, in `gateway.app`, from the list there.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from gateway.backends.base import Chunk, Usage
+from gateway.errors import ModelNotFound
+from gateway.routing.router import RouteLog, Router
+
+Handler = Callable[["RequestContext"], AsyncGenerator[Chunk, None]]
+
+
+@dataclass(slots=True)
+class RequestContext:
+    """Everything known about one request; stages read it and fill it in."""
+
+    request_id: str
+    completion_id: str
+    model: str
+    body: dict[str, Any]
+    stream: bool
+    include_usage: bool
+    headers: Mapping[str, str] = field(default_factory=dict)
+    created: int = field(default_factory=lambda: int(time.time()))
+    started: float = field(default_factory=time.monotonic)
+    route: RouteLog = field(default_factory=RouteLog)
+    usage: Usage = field(default_factory=Usage)
+    ttft_s: float | None = None
+
+
+class Stage(Protocol):
+    def __call__(self, ctx: RequestContext, call_next: Handler) -> AsyncGenerator[Chunk, None]: ...
+
+
+def compose(stages: Sequence[Stage], terminal: Handler) -> Handler:
+    """Chain stages so that the first in the list is the outermost."""
+    handler = terminal
+    for stage in reversed(stages):
+        handler = _bind(stage, handler)
+    return handler
+
+
+def _bind(stage: Stage, call_next: Handler) -> Handler:
+    def handler(ctx: RequestContext) -> AsyncGenerator[Chunk, None]:
+        return stage(ctx, call_next)
+
+    return handler
+
+
+class ResolveModel:
+    """Unknown logical models are a 404 before anything else is spent on them."""
+
+    def __init__(self, models: Sequence[str]) -> None:
+        self._models = frozenset(models)
+
+    async def __call__(self, ctx: RequestContext, call_next: Handler) -> AsyncGenerator[Chunk, None]:
+        if ctx.model not in self._models:
+            raise ModelNotFound(f"The model '{ctx.model}' does not exist", param="model")
+        async for chunk in call_next(ctx):
+            yield chunk
+
+
+class Meter:
+    """Sums usage over every attempt, keeps it off the content stream, and times the first token.
+
+    The HTTP layer sends `ctx.usage` as the final chunk when the client asked for usage.
+    """
+
+    async def __call__(self, ctx: RequestContext, call_next: Handler) -> AsyncGenerator[Chunk, None]:
+        async for chunk in call_next(ctx):
+            if chunk.usage is not None:
+                ctx.usage += chunk.usage
+                chunk.usage = None
+            if ctx.ttft_s is None and chunk.carries_output:
+                ctx.ttft_s = time.monotonic() - ctx.started
+            yield chunk
+
+
+class Call:
+    """The end of the path: the router picks deployments and streams from them."""
+
+    def __init__(self, router: Router) -> None:
+        self._router = router
+
+    def __call__(self, ctx: RequestContext) -> AsyncGenerator[Chunk, None]:
+        return self._router.stream(ctx.model, ctx.body, ctx.route)

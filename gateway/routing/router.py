@@ -1,0 +1,192 @@
+"""Routing: pick a deployment, call it, and fail over while the client has seen nothing.
+
+An attempt is "committed" at its first chunk that carries output (content, reasoning, a tool call
+or a finish). Until then its chunks are held back, so a failure can be retried on another
+deployment without the client noticing; after it, the failure belongs to the stream and is
+raised to the caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.backends.base import BackendRequest, Chunk
+from gateway.errors import NoDeploymentAvailable, RateLimited, UpstreamError, UpstreamStatusError
+from gateway.routing.deployment import LAST_RESORT, Availability, Deployment
+from gateway.routing.stats import find_slow
+from gateway.routing.strategies import Order
+from gateway.settings import RoutingSettings
+
+
+@dataclass(slots=True)
+class Attempt:
+    deployment: str
+    error: str | None = None  # UpstreamError.reason, None while running or on success
+    ttft_s: float | None = None
+
+
+@dataclass(slots=True)
+class RouteLog:
+    """What routing did for one request; read by the audit and telemetry stages."""
+
+    attempts: list[Attempt] = field(default_factory=list)
+
+    @property
+    def deployment(self) -> str | None:
+        return self.attempts[-1].deployment if self.attempts else None
+
+
+class ModelGroup:
+    """The deployments serving one logical model, and how to order them."""
+
+    def __init__(self, name: str, deployments: Sequence[Deployment], order: Order, settings: RoutingSettings):
+        self.name = name
+        self.deployments = list(deployments)
+        self._order = order
+        self._settings = settings
+
+    def plan(self, rng: random.Random) -> list[Deployment]:
+        """Deployments to try, best first; empty if every one is open or full."""
+        for deployment in self.deployments:
+            deployment.stats.end_probation_if_due()
+        by_kind: dict[Availability, list[Deployment]] = {}
+        for deployment in self.deployments:
+            by_kind.setdefault(deployment.availability(), []).append(deployment)
+        plan = self._order(by_kind.get(Availability.READY, []), rng)
+        plan += self._order(by_kind.get(Availability.DEGRADED, []), rng)
+        for kind in LAST_RESORT:
+            plan += self._order(by_kind.get(kind, []), rng)
+        return plan
+
+    def all_full(self) -> bool:
+        return all(d.availability() is Availability.FULL for d in self.deployments)
+
+    def record_latency(self, deployment: Deployment, ttft_s: float, tpot_s: float | None) -> None:
+        deployment.stats.record(ttft_s, tpot_s)
+        for index in find_slow([d.stats for d in self.deployments], self._settings.slow):
+            self.deployments[index].stats.degrade(self._settings.slow.cooldown_s)
+
+    @property
+    def ready(self) -> bool:
+        return any(d.serving for d in self.deployments)
+
+
+class Router:
+    def __init__(
+        self,
+        groups: dict[str, ModelGroup],
+        settings: RoutingSettings,
+        *,
+        rng: random.Random | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.groups = groups
+        self._settings = settings
+        self._rng = rng or random.Random()
+        self._clock = clock
+
+    async def stream(self, model: str, body: dict[str, Any], log: RouteLog) -> AsyncGenerator[Chunk, None]:
+        """Stream the answer for `body` from the best deployment of `model`, failing over as needed."""
+        group = self.groups[model]
+        retry = self._settings.retry
+        last_error: UpstreamError | None = None
+        tried: set[str] = set()
+        for attempt_number in range(retry.max_attempts):
+            deployment = self._choose(group, tried, last_error)
+            if deployment.name in tried:
+                await asyncio.sleep(self._backoff(attempt_number))
+            tried.add(deployment.name)
+            attempt = Attempt(deployment.name)
+            log.attempts.append(attempt)
+            try:
+                async for chunk in self._attempt(group, deployment, body, attempt):
+                    yield chunk
+                return
+            except UpstreamError as error:
+                if attempt.ttft_s is not None or not error.retryable:
+                    raise  # the client has seen output, or no other deployment would answer better
+                last_error = error
+                if isinstance(error, UpstreamStatusError) and error.retry_after_s is not None:
+                    deployment.cool_down(min(error.retry_after_s, retry.retry_after_max_s))
+        assert last_error is not None  # max_attempts >= 1 and every path above returns or records one
+        raise _final_error(last_error)
+
+    def _choose(self, group: ModelGroup, tried: set[str], last_error: UpstreamError | None) -> Deployment:
+        plan = group.plan(self._rng)
+        fresh = [d for d in plan if d.name not in tried]
+        for deployment in fresh or plan:
+            if deployment.breaker.acquire():
+                return deployment
+        if group.all_full():
+            raise RateLimited(f"every deployment of {group.name!r} is at its max_inflight", retry_after_s=1)
+        if last_error is not None:
+            raise _final_error(last_error)
+        raise NoDeploymentAvailable(
+            f"no deployment of {group.name!r} can take traffic (circuit breakers open)",
+            retry_after_s=self._settings.breaker.cooldown_s,
+        )
+
+    async def _attempt(
+        self, group: ModelGroup, deployment: Deployment, body: dict[str, Any], attempt: Attempt
+    ) -> AsyncIterator[Chunk]:
+        request = BackendRequest(body={**body, "model": deployment.settings.model})
+        started = self._clock()
+        held: list[Chunk] = []
+        completion_tokens = 0
+        deployment.inflight += 1
+        try:
+            async for chunk in deployment.backend.stream(request):
+                if chunk.usage is not None:
+                    completion_tokens = chunk.usage.completion_tokens
+                if attempt.ttft_s is not None:
+                    yield chunk
+                    continue
+                held.append(chunk)
+                if chunk.carries_output:
+                    attempt.ttft_s = self._clock() - started
+                    for early in held:
+                        yield early
+                    held.clear()
+            for late in held:  # an answer with no output at all (only usage, say)
+                yield late
+        except UpstreamError as error:
+            attempt.error = error.reason
+            deployment.breaker.record_failure()
+            raise
+        except BaseException:
+            deployment.breaker.release()  # the client went away: no verdict on the deployment
+            raise
+        finally:
+            deployment.inflight -= 1
+        deployment.breaker.record_success()
+        if attempt.ttft_s is not None:
+            tpot = _tpot(started, attempt.ttft_s, self._clock(), completion_tokens)
+            group.record_latency(deployment, attempt.ttft_s, tpot)
+
+    def _backoff(self, attempt_number: int) -> float:
+        retry = self._settings.retry
+        ceiling = min(retry.backoff_max_s, retry.backoff_base_s * 2.0 ** max(0, attempt_number - 1))
+        return ceiling * self._rng.uniform(0.5, 1.0)
+
+    def ready_models(self) -> dict[str, bool]:
+        return {name: group.ready for name, group in self.groups.items()}
+
+
+def _tpot(started: float, ttft_s: float, ended: float, completion_tokens: int) -> float | None:
+    if completion_tokens < 2:
+        return None
+    return (ended - started - ttft_s) / (completion_tokens - 1)
+
+
+def _final_error(error: UpstreamError) -> Exception:
+    """What the client sees when every attempt failed before output."""
+    if isinstance(error, UpstreamStatusError) and error.upstream_status == 429:
+        return RateLimited(
+            f"every deployment is rate limited: {error.message}", retry_after_s=error.retry_after_s or 1
+        )
+    return error

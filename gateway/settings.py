@@ -1,0 +1,257 @@
+"""Typed configuration: the one place a config file is read and validated.
+
+Every model is frozen and forbids unknown keys, so a typo is an error that names its key path
+(`models[0].deployments[1].api_base: not a URL`) instead of a silently ignored setting.
+`${VAR}` and `${VAR:-default}` in string values are replaced from the environment before
+validation, so secrets stay out of the file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
+
+import yaml
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class ConfigError(Exception):
+    """A config file that cannot be used; `problems` lists every `path: message`."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+def _http_url(value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("not a URL")
+    return value.rstrip("/")
+
+
+def _redis_url(value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("redis", "rediss", "unix") or not (parts.hostname or parts.path):
+        raise ValueError("not a redis:// URL")
+    return value
+
+
+HttpUrl = Annotated[str, AfterValidator(_http_url)]
+RedisUrl = Annotated[str, AfterValidator(_redis_url)]
+Seconds = Annotated[float, Field(gt=0)]
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class BackendKind(StrEnum):
+    OPENAI = "openai"  # any OpenAI-compatible server: vLLM, SGLang, llama.cpp, OpenAI, the sim
+    LITELLM = "litellm"  # providers that do not speak the OpenAI protocol
+
+
+class Continuation(StrEnum):
+    """How a deployment can continue a partial assistant message after a mid-stream failure."""
+
+    NONE = "none"
+    VLLM = "vllm"  # continue_final_message=true, add_generation_prompt=false (vLLM, SGLang, sim)
+    PREFILL = "prefill"  # trailing assistant message (llama.cpp, Anthropic through litellm)
+
+
+class Strategy(StrEnum):
+    PRIORITY = "priority"
+    WEIGHTED = "weighted"
+    LEAST_INFLIGHT = "least_inflight"
+    LOWEST_LATENCY = "lowest_latency"
+
+
+class Timeouts(Frozen):
+    connect_s: Seconds = 2.0
+    first_token_s: Seconds = 30.0
+    stall_s: Seconds = 15.0
+
+
+class DeploymentSettings(Frozen):
+    name: str = Field(min_length=1)
+    kind: BackendKind = BackendKind.OPENAI
+    api_base: HttpUrl
+    api_key: str = ""
+    model: str = Field(min_length=1, description="the model name this deployment expects")
+    priority: int = 0
+    weight: float = Field(default=1.0, gt=0)
+    max_inflight: int = Field(default=256, ge=1)
+    timeouts: Timeouts = Timeouts()
+    continuation: Continuation = Continuation.NONE
+    health_path: str = "/models"
+
+
+class ModelSettings(Frozen):
+    name: str = Field(min_length=1)
+    strategy: Strategy | None = None
+    deployments: list[DeploymentSettings] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique_deployment_names(self) -> ModelSettings:
+        names = [d.name for d in self.deployments]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"duplicate deployment names: {', '.join(duplicates)}")
+        return self
+
+
+class BreakerSettings(Frozen):
+    failure_threshold: int = Field(default=5, ge=1, description="consecutive failures that open it")
+    cooldown_s: Seconds = 10.0
+
+
+class HealthSettings(Frozen):
+    interval_s: Seconds = 5.0
+    timeout_s: Seconds = 1.0
+    unhealthy_after: int = Field(default=2, ge=1, description="consecutive failed probes")
+
+
+class SlowDetectionSettings(Frozen):
+    """Passive detection of deployments that are alive but slow."""
+
+    factor: float = Field(default=1.4, gt=1.0, description="EWMA above factor x peers' median")
+    alpha: float = Field(default=0.2, gt=0, le=1)
+    min_samples: int = Field(default=5, ge=1)
+    cooldown_s: Seconds = 30.0
+
+
+class RetrySettings(Frozen):
+    max_attempts: int = Field(default=3, ge=1)
+    backoff_base_s: Seconds = 0.05
+    backoff_max_s: Seconds = 2.0
+    retry_after_max_s: Seconds = 10.0
+
+
+class RoutingSettings(Frozen):
+    strategy: Strategy = Strategy.PRIORITY
+    retry: RetrySettings = RetrySettings()
+    breaker: BreakerSettings = BreakerSettings()
+    health: HealthSettings = HealthSettings()
+    slow: SlowDetectionSettings = SlowDetectionSettings()
+
+
+class ServerSettings(Frozen):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
+
+
+class EmbeddedStoreSettings(Frozen):
+    kind: Literal["embedded"] = "embedded"
+    path: Path = Path("./data")
+
+
+class RedisStoreSettings(Frozen):
+    kind: Literal["redis"] = "redis"
+    url: RedisUrl = "redis://127.0.0.1:6379/0"
+    key_prefix: str = "agw"
+    socket_timeout_s: Seconds = 0.25
+    connect_timeout_s: Seconds = 0.25
+
+
+class Settings(Frozen):
+    server: ServerSettings = ServerSettings()
+    store: EmbeddedStoreSettings | RedisStoreSettings = Field(
+        default_factory=EmbeddedStoreSettings, discriminator="kind"
+    )
+    routing: RoutingSettings = RoutingSettings()
+    models: list[ModelSettings] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique_model_names(self) -> Settings:
+        names = [m.name for m in self.models]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"duplicate model names: {', '.join(duplicates)}")
+        return self
+
+
+_ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def _interpolate(node: Any, path: str, env: Mapping[str, str], problems: list[str]) -> Any:
+    if isinstance(node, dict):
+        return {k: _interpolate(v, _join(path, str(k)), env, problems) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_interpolate(v, f"{path}[{i}]", env, problems) for i, v in enumerate(node)]
+    if not isinstance(node, str):
+        return node
+
+    def substitute(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        if name in env:
+            return env[name]
+        if default is not None:
+            return default
+        problems.append(f"{path or '<root>'}: environment variable {name} is not set")
+        return ""
+
+    return _ENV_REFERENCE.sub(substitute, node)
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _error_path(loc: tuple[int | str, ...]) -> str:
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif part in ("embedded", "redis", "function-after[_http_url(), str]"):
+            continue  # pydantic's internal names for union branches and validators
+        else:
+            path = _join(path, part)
+    return path or "<root>"
+
+
+def _describe(error: Any) -> str:
+    message = str(error["msg"])
+    if error["type"] == "value_error":
+        message = message.removeprefix("Value error, ")
+    if error["type"] == "extra_forbidden":
+        message = "unknown key"
+    return message
+
+
+def parse_settings(raw: Any, env: Mapping[str, str] | None = None) -> Settings:
+    """Validate a decoded YAML document; raise ConfigError listing every problem."""
+    if not isinstance(raw, dict):
+        raise ConfigError(["<root>: the config must be a mapping"])
+    problems: list[str] = []
+    interpolated = _interpolate(raw, "", os.environ if env is None else env, problems)
+    try:
+        settings = Settings.model_validate(interpolated)
+    except ValidationError as exc:
+        # A key whose environment variable is missing is reported once, not again as a bad value.
+        unset = {p.split(": ", 1)[0] for p in problems}
+        for error in exc.errors():
+            path = _error_path(error["loc"])
+            if path not in unset:
+                problems.append(f"{path}: {_describe(error)}")
+        raise ConfigError(problems) from None
+    if problems:
+        raise ConfigError(problems)
+    return settings
+
+
+def load_settings(path: Path, env: Mapping[str, str] | None = None) -> Settings:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError([f"{path}: {exc.strerror or exc}"]) from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"{path}: not valid YAML: {exc}"]) from None
+    return parse_settings(raw, env)

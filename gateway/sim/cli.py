@@ -1,0 +1,62 @@
+"""The `gateway sim` command; the main CLI attaches `sim_command` to its group."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from gateway.sim.faults import FaultError, parse_fault_fields
+from gateway.sim.profile import ProfileError
+from gateway.sim.server import load_profile, run_sim
+
+
+@click.command("sim")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
+@click.option("--port", default=8100, show_default=True, type=int, help="Port; 0 picks a free one.")
+@click.option(
+    "--profile",
+    "profile_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="YAML sim profile; the options below override its values.",
+)
+@click.option("--ttft-ms", type=float, help="Time to first token in ms.")
+@click.option("--tpot-ms", type=float, help="Time per output token in ms.")
+@click.option("--jitter", type=float, help="Uniform +/- fraction applied to each delay.")
+@click.option("--seed", type=int, help="Seed for jitter and error-rate draws.")
+@click.option("--slow", type=float, help="Multiplier on TTFT and TPOT (a fault field).")
+@click.option(
+    "--fault",
+    "fault_spec",
+    help='Process faults in X-Sim-Fault syntax, e.g. "status=503" or "cut_after=5,slow=2".',
+)
+def sim_command(
+    host: str,
+    port: int,
+    profile_path: Path | None,
+    ttft_ms: float | None,
+    tpot_ms: float | None,
+    jitter: float | None,
+    seed: int | None,
+    slow: float | None,
+    fault_spec: str | None,
+) -> None:
+    """Run the simulated OpenAI-compatible backend (prints its URL once ready)."""
+    try:
+        faults: dict[str, str | float | None] = dict(parse_fault_fields(fault_spec or ""))
+    except FaultError as exc:
+        raise click.BadParameter(str(exc), param_hint="--fault") from exc
+    if slow is not None:
+        faults["slow"] = slow
+    try:
+        profile = load_profile(
+            profile_path,
+            ttft_ms=ttft_ms,
+            tpot_ms=tpot_ms,
+            jitter=jitter,
+            seed=seed,
+            faults=faults or None,
+        )
+    except ProfileError as exc:
+        raise click.UsageError(str(exc)) from exc
+    run_sim(host, port, profile)

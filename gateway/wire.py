@@ -1,0 +1,171 @@
+"""The OpenAI chat-completions wire format, in and out.
+
+`chunk_from_openai` reads an upstream `chat.completion.chunk`; `ChunkRenderer` writes the client's
+chunks under the gateway's completion id and the client's model name; `Completion` folds a chunk
+stream into one non-streaming `chat.completion`. Fields we do not interpret travel in the chunk's
+`*_extra` dicts and come out where they went in.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from gateway.backends.base import Chunk, ToolCallDelta, Usage
+
+_DELTA_KNOWN = frozenset({"role", "content", "reasoning_content", "reasoning", "tool_calls"})
+_CHOICE_KNOWN = frozenset({"index", "delta", "finish_reason", "message"})
+_CHUNK_KNOWN = frozenset({"id", "object", "created", "model", "choices", "usage"})
+_USAGE_KNOWN = frozenset({"prompt_tokens", "completion_tokens", "total_tokens"})
+
+
+def chunk_from_openai(payload: dict[str, Any]) -> Chunk:
+    """Normalize one upstream chunk. Raises KeyError/TypeError/ValueError on a malformed one."""
+    chunk = Chunk(extra={k: v for k, v in payload.items() if k not in _CHUNK_KNOWN})
+    usage = payload.get("usage")
+    if usage:
+        chunk.usage = usage_from_openai(usage)
+    choices = payload.get("choices") or ()
+    for choice in choices:
+        if choice.get("index", 0) != 0:
+            continue  # n>1 is refused at the edge; a stray choice is not ours to forward
+        delta = choice.get("delta") or {}
+        chunk.role = delta.get("role")
+        chunk.content = delta.get("content")
+        chunk.reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+        chunk.tool_calls = [_tool_call_delta(t) for t in delta.get("tool_calls") or ()]
+        chunk.finish_reason = choice.get("finish_reason")
+        chunk.delta_extra = {k: v for k, v in delta.items() if k not in _DELTA_KNOWN}
+        chunk.choice_extra = {k: v for k, v in choice.items() if k not in _CHOICE_KNOWN and v is not None}
+    return chunk
+
+
+def usage_from_openai(usage: dict[str, Any]) -> Usage:
+    prompt = int(usage.get("prompt_tokens") or 0)
+    completion = int(usage.get("completion_tokens") or 0)
+    return Usage(
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        total_tokens=int(usage.get("total_tokens") or prompt + completion),
+        extra={k: v for k, v in usage.items() if k not in _USAGE_KNOWN},
+    )
+
+
+def _tool_call_delta(raw: dict[str, Any]) -> ToolCallDelta:
+    function = raw.get("function") or {}
+    return ToolCallDelta(
+        index=int(raw.get("index", 0)),
+        id=raw.get("id"),
+        name=function.get("name"),
+        arguments=function.get("arguments") or "",
+    )
+
+
+class ChunkRenderer:
+    """Renders chunks for one client response: same id, created and model on every chunk."""
+
+    def __init__(self, completion_id: str, created: int, model: str) -> None:
+        self._head = {
+            "id": completion_id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+        }
+
+    def render(self, chunk: Chunk) -> dict[str, Any] | None:
+        """The client's chunk dict, or None for a usage-only chunk (sent at the end, if asked)."""
+        delta: dict[str, Any] = dict(chunk.delta_extra)
+        if chunk.role is not None:
+            delta["role"] = chunk.role
+        if chunk.content is not None:
+            delta["content"] = chunk.content
+        if chunk.reasoning is not None:
+            delta["reasoning_content"] = chunk.reasoning
+        if chunk.tool_calls:
+            delta["tool_calls"] = [_render_tool_call(t) for t in chunk.tool_calls]
+        if not delta and chunk.finish_reason is None and not chunk.choice_extra:
+            return None
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": chunk.finish_reason}
+        choice.update(chunk.choice_extra)
+        return {**self._head, **chunk.extra, "choices": [choice]}
+
+    def render_usage(self, usage: Usage) -> dict[str, Any]:
+        return {**self._head, "choices": [], "usage": usage.to_dict()}
+
+    def render_error(self, message: str, error_type: str, code: str) -> dict[str, Any]:
+        return {"error": {"message": message, "type": error_type, "param": None, "code": code}}
+
+
+def _render_tool_call(delta: ToolCallDelta) -> dict[str, Any]:
+    out: dict[str, Any] = {"index": delta.index}
+    if delta.id is not None:
+        out["id"] = delta.id
+        out["type"] = "function"
+    function: dict[str, str] = {"arguments": delta.arguments}
+    if delta.name is not None:
+        function["name"] = delta.name
+    out["function"] = function
+    return out
+
+
+class Completion:
+    """Folds a chunk stream into one `chat.completion` body."""
+
+    def __init__(self) -> None:
+        self._content: list[str] = []
+        self._reasoning: list[str] = []
+        self._tool_calls: dict[int, dict[str, Any]] = {}
+        self._message_extra: dict[str, Any] = {}
+        self._choice_extra: dict[str, Any] = {}
+        self._extra: dict[str, Any] = {}
+        self.finish_reason: str | None = None
+
+    def add(self, chunk: Chunk) -> None:
+        if chunk.content:
+            self._content.append(chunk.content)
+        if chunk.reasoning:
+            self._reasoning.append(chunk.reasoning)
+        for delta in chunk.tool_calls:
+            call = self._tool_calls.setdefault(
+                delta.index, {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
+            )
+            if delta.id:
+                call["id"] = delta.id
+            if delta.name:
+                call["function"]["name"] += delta.name
+            call["function"]["arguments"] += delta.arguments
+        self._message_extra.update(chunk.delta_extra)
+        self._choice_extra.update(chunk.choice_extra)
+        self._extra.update(chunk.extra)
+        if chunk.finish_reason is not None:
+            self.finish_reason = chunk.finish_reason
+
+    @property
+    def content(self) -> str:
+        return "".join(self._content)
+
+    def render(self, completion_id: str, created: int, model: str, usage: Usage | None) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": self.content if self._content else None}
+        if self._reasoning:
+            message["reasoning_content"] = "".join(self._reasoning)
+        if self._tool_calls:
+            message["tool_calls"] = [self._tool_calls[i] for i in sorted(self._tool_calls)]
+        message.update(self._message_extra)
+        choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": self.finish_reason}
+        choice.update(self._choice_extra)
+        body: dict[str, Any] = {
+            "id": completion_id,
+            "object": "chat.completion",
+            "created": created,
+            "model": model,
+            **self._extra,
+            "choices": [choice],
+        }
+        if usage is not None:
+            body["usage"] = usage.to_dict()
+        return body
+
+
+def dumps(payload: dict[str, Any]) -> bytes:
+    return orjson.dumps(payload)
