@@ -11,6 +11,7 @@ raised later an in-band error event. The non-streaming response is this same str
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -69,8 +70,9 @@ class ResolveModel:
     async def __call__(self, ctx: RequestContext, call_next: Handler) -> AsyncGenerator[Chunk, None]:
         if ctx.model not in self._models:
             raise ModelNotFound(f"The model '{ctx.model}' does not exist", param="model")
-        async for chunk in call_next(ctx):
-            yield chunk
+        async with contextlib.aclosing(call_next(ctx)) as chunks:
+            async for chunk in chunks:
+                yield chunk
 
 
 class Meter:
@@ -80,13 +82,14 @@ class Meter:
     """
 
     async def __call__(self, ctx: RequestContext, call_next: Handler) -> AsyncGenerator[Chunk, None]:
-        async for chunk in call_next(ctx):
-            if chunk.usage is not None:
-                ctx.usage += chunk.usage
-                chunk.usage = None
-            if ctx.ttft_s is None and chunk.carries_output:
-                ctx.ttft_s = time.monotonic() - ctx.started
-            yield chunk
+        async with contextlib.aclosing(call_next(ctx)) as chunks:
+            async for chunk in chunks:
+                if chunk.usage is not None:
+                    ctx.usage += chunk.usage
+                    chunk.usage = None
+                if ctx.ttft_s is None and chunk.carries_output:
+                    ctx.ttft_s = time.monotonic() - ctx.started
+                yield chunk
 
 
 class Call:

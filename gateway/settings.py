@@ -123,6 +123,9 @@ class SlowDetectionSettings(Frozen):
     alpha: float = Field(default=0.2, gt=0, le=1)
     min_samples: int = Field(default=5, ge=1)
     cooldown_s: Seconds = 30.0
+    # Ratios of tiny numbers are noise: a deployment is slow only if it is also this much slower.
+    min_ttft_gap_s: float = Field(default=0.05, ge=0)
+    min_tpot_gap_s: float = Field(default=0.005, ge=0)
 
 
 class RetrySettings(Frozen):

@@ -6,7 +6,7 @@ into `gateway.errors.UpstreamError` subclasses; the router never sees httpx or l
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -81,7 +81,7 @@ class Backend(Protocol):
 
     name: str
 
-    def stream(self, request: BackendRequest) -> AsyncIterator[Chunk]:
+    def stream(self, request: BackendRequest) -> AsyncGenerator[Chunk, None]:
         """Yield chunks until the upstream finishes; raise `UpstreamError` on any failure.
 
         The stream ends normally only when the upstream signalled completion ([DONE] or

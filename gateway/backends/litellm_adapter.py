@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from gateway.backends.base import BackendRequest, Chunk
@@ -62,7 +62,7 @@ class LiteLLMBackend:
         self._deployment = deployment
         self._litellm = _import_litellm()
 
-    async def stream(self, request: BackendRequest) -> AsyncIterator[Chunk]:
+    async def stream(self, request: BackendRequest) -> AsyncGenerator[Chunk, None]:
         body = request.body
         timeouts = self._deployment.timeouts
         kwargs: dict[str, Any] = {k: body[k] for k in _FORWARDED if k in body}

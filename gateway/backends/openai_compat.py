@@ -10,7 +10,7 @@ while the chunk is with the consumer so that a slow client is never mistaken for
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import httpx
@@ -53,7 +53,7 @@ class OpenAICompatBackend:
             ),
         )
 
-    async def stream(self, request: BackendRequest) -> AsyncIterator[Chunk]:
+    async def stream(self, request: BackendRequest) -> AsyncGenerator[Chunk, None]:
         body = {**request.body, "stream": True}
         body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
         deadline = _Deadline(self._timeouts.first_token_s, self._timeouts.stall_s)

@@ -3,7 +3,6 @@ URL we print is the one that is accepting connections."""
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import socket
 from collections.abc import Callable
@@ -49,5 +48,7 @@ def serve(app: Any, sock: socket.socket, on_ready: Callable[[], None]) -> None:
         timeout_graceful_shutdown=10,
     )
     server = _AnnouncingServer(config, on_ready)
-    config.setup_event_loop()
-    asyncio.run(server.serve(sockets=[sock]))
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()

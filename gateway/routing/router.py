@@ -9,9 +9,10 @@ raised to the caller.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,8 +105,9 @@ class Router:
             attempt = Attempt(deployment.name)
             log.attempts.append(attempt)
             try:
-                async for chunk in self._attempt(group, deployment, body, attempt):
-                    yield chunk
+                async with contextlib.aclosing(self._attempt(group, deployment, body, attempt)) as chunks:
+                    async for chunk in chunks:
+                        yield chunk
                 return
             except UpstreamError as error:
                 if attempt.ttft_s is not None or not error.retryable:
@@ -133,25 +135,26 @@ class Router:
 
     async def _attempt(
         self, group: ModelGroup, deployment: Deployment, body: dict[str, Any], attempt: Attempt
-    ) -> AsyncIterator[Chunk]:
+    ) -> AsyncGenerator[Chunk, None]:
         request = BackendRequest(body={**body, "model": deployment.settings.model})
         started = self._clock()
         held: list[Chunk] = []
         completion_tokens = 0
         deployment.inflight += 1
         try:
-            async for chunk in deployment.backend.stream(request):
-                if chunk.usage is not None:
-                    completion_tokens = chunk.usage.completion_tokens
-                if attempt.ttft_s is not None:
-                    yield chunk
-                    continue
-                held.append(chunk)
-                if chunk.carries_output:
-                    attempt.ttft_s = self._clock() - started
-                    for early in held:
-                        yield early
-                    held.clear()
+            async with contextlib.aclosing(deployment.backend.stream(request)) as upstream:
+                async for chunk in upstream:
+                    if chunk.usage is not None:
+                        completion_tokens = chunk.usage.completion_tokens
+                    if attempt.ttft_s is not None:
+                        yield chunk
+                        continue
+                    held.append(chunk)
+                    if chunk.carries_output:
+                        attempt.ttft_s = self._clock() - started
+                        for early in held:
+                            yield early
+                        held.clear()
             for late in held:  # an answer with no output at all (only usage, say)
                 yield late
         except UpstreamError as error:

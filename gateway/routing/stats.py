@@ -58,13 +58,14 @@ class LatencyStats:
             self.tpot.reset()
 
 
-def _too_slow(mine: Ewma, peers: Sequence[Ewma], settings: SlowDetectionSettings) -> bool:
+def _too_slow(mine: Ewma, peers: Sequence[Ewma], settings: SlowDetectionSettings, min_gap_s: float) -> bool:
     if mine.value is None or mine.samples < settings.min_samples:
         return False
     values = [p.value for p in peers if p.value is not None and p.samples >= settings.min_samples]
     if not values:
         return False
-    return mine.value > settings.factor * statistics.median(values)
+    median = statistics.median(values)
+    return mine.value > settings.factor * median and mine.value - median >= min_gap_s
 
 
 def find_slow(group: Sequence[LatencyStats], settings: SlowDetectionSettings) -> list[int]:
@@ -78,8 +79,8 @@ def find_slow(group: Sequence[LatencyStats], settings: SlowDetectionSettings) ->
         if stats.degraded:
             continue
         peers = [s for j, s in enumerate(group) if j != i and not s.degraded]
-        if _too_slow(stats.ttft, [p.ttft for p in peers], settings) or _too_slow(
-            stats.tpot, [p.tpot for p in peers], settings
+        if _too_slow(stats.ttft, [p.ttft for p in peers], settings, settings.min_ttft_gap_s) or _too_slow(
+            stats.tpot, [p.tpot for p in peers], settings, settings.min_tpot_gap_s
         ):
             slow.append(i)
     return slow

@@ -96,8 +96,10 @@ class _Handlers:
         except FaultError as exc:
             return error_response(400, str(exc), param="X-Sim-Fault")
         if faults.status is not None:
+            self._state.record_fault("status")
             return fault_status_response(faults)
         if self._state.roll_error(faults.error_rate):
+            self._state.record_fault("error_rate")
             return error_response(500, "simulated random server error")
         try:
             body = orjson.loads(await request.body())

@@ -110,7 +110,10 @@ class ChatResponse:
             self._state.counters.client_disconnects += 1
 
     def _fault_at(self, index: int) -> PositionalFault | None:
-        return self._trip[1] if self._trip is not None and self._trip[0] == index else None
+        fault = self._trip[1] if self._trip is not None and self._trip[0] == index else None
+        if fault is not None:
+            self._state.record_fault(fault.value)
+        return fault
 
     def _steps(self, encoder: ChunkEncoder) -> list[bytes]:
         call = self._reply.tool_call
@@ -170,7 +173,7 @@ class ChatResponse:
         if watcher.done():
             return False
         body = orjson.dumps(completion_body(reply, new_completion_id(), int(time.time())))
-        fault = None if self._trip is None else self._trip[1]
+        fault = self._fault_at(steps)
         if fault is PositionalFault.STALL:
             await watcher
             return False

@@ -20,6 +20,7 @@ class Counters:
     client_disconnects: int = 0
     health_checks: int = 0
     by_status: dict[str, int] = field(default_factory=dict)
+    faults_fired: dict[str, int] = field(default_factory=dict)
 
 
 class SimState:
@@ -64,6 +65,11 @@ class SimState:
     def record_status(self, status: int) -> None:
         key = str(status)
         self.counters.by_status[key] = self.counters.by_status.get(key, 0) + 1
+
+    def record_fault(self, name: str) -> None:
+        """Count a fault that actually fired (a positional fault past the reply's end never does)."""
+        fired = self.counters.faults_fired
+        fired[name] = fired.get(name, 0) + 1
 
     def snapshot(self) -> dict[str, Any]:
         return {

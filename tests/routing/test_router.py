@@ -1,0 +1,171 @@
+import random
+
+import pytest
+
+from gateway.backends.base import Chunk
+from gateway.errors import (
+    NoDeploymentAvailable,
+    RateLimited,
+    UpstreamConnectError,
+    UpstreamProtocolError,
+    UpstreamStatusError,
+)
+from gateway.routing.deployment import Availability, Deployment
+from gateway.routing.router import ModelGroup, RouteLog, Router
+from gateway.routing.strategies import STRATEGIES
+from gateway.settings import DeploymentSettings, RoutingSettings, Strategy
+from tests.doubles import Script, ScriptedBackend
+
+BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def make_router(
+    *backends: ScriptedBackend, strategy: Strategy = Strategy.PRIORITY, **routing: object
+) -> Router:
+    settings = RoutingSettings.model_validate({"retry": {"backoff_base_s": 0.001}, **routing})
+    deployments = [
+        Deployment(
+            DeploymentSettings(
+                name=b.name, api_base="http://127.0.0.1:1/v1", model=f"{b.name}-model", priority=i
+            ),
+            b,
+            settings,
+        )
+        for i, b in enumerate(backends)
+    ]
+    group = ModelGroup("m", deployments, STRATEGIES[strategy], settings)
+    return Router({"m": group}, settings, rng=random.Random(7))
+
+
+async def collect(router: Router, log: RouteLog | None = None) -> list[Chunk]:
+    return [c async for c in router.stream("m", BODY, log or RouteLog())]
+
+
+def text(chunks: list[Chunk]) -> str:
+    return "".join(c.content or "" for c in chunks)
+
+
+async def test_request_is_addressed_to_the_deployments_own_model_name() -> None:
+    a = ScriptedBackend("a", Script())
+    await collect(make_router(a))
+    assert a.requests[0].body["model"] == "a-model"
+    assert a.requests[0].body["messages"] == BODY["messages"]
+
+
+async def test_connect_error_fails_over_to_the_next_deployment() -> None:
+    a = ScriptedBackend("a", Script(error=UpstreamConnectError("refused")))
+    b = ScriptedBackend("b", Script(tokens=["fine"]))
+    log = RouteLog()
+    chunks = await collect(make_router(a, b), log)
+    assert text(chunks) == "fine"
+    assert [(x.deployment, x.error) for x in log.attempts] == [("a", "connect_error"), ("b", None)]
+
+
+async def test_failure_after_first_token_is_not_retried() -> None:
+    a = ScriptedBackend("a", Script(tokens=["one", "two"], error=UpstreamProtocolError("cut"), fail_after=1))
+    b = ScriptedBackend("b", Script())
+    seen: list[Chunk] = []
+
+    async def consume() -> None:
+        async for chunk in make_router(a, b).stream("m", BODY, RouteLog()):
+            seen.append(chunk)
+
+    with pytest.raises(UpstreamProtocolError):
+        await consume()
+    assert text(seen) == "one"
+    assert b.requests == []
+
+
+async def test_role_only_chunk_does_not_commit_the_attempt() -> None:
+    a = ScriptedBackend("a", Script(tokens=["x"], error=UpstreamConnectError("reset"), fail_after=0))
+    b = ScriptedBackend("b", Script(tokens=["ok"]))
+    chunks = await collect(make_router(a, b))
+    assert text(chunks) == "ok"
+    assert sum(1 for c in chunks if c.role == "assistant") == 1, (
+        "the failed attempt's role chunk was held back"
+    )
+
+
+async def test_client_error_from_upstream_is_returned_with_its_status_and_not_retried() -> None:
+    a = ScriptedBackend("a", Script(error=UpstreamStatusError("context too long", upstream_status=400)))
+    b = ScriptedBackend("b", Script())
+    with pytest.raises(UpstreamStatusError) as raised:
+        await collect(make_router(a, b))
+    assert raised.value.status == 400
+    assert b.requests == []
+
+
+async def test_429_everywhere_becomes_rate_limited_with_retry_after() -> None:
+    err = UpstreamStatusError("slow down", upstream_status=429, retry_after_s=3)
+    a = ScriptedBackend("a", Script(error=err))
+    b = ScriptedBackend("b", Script(error=err))
+    with pytest.raises(RateLimited) as raised:
+        await collect(make_router(a, b))
+    assert raised.value.headers() == {"Retry-After": "3"}
+
+
+async def test_429_with_retry_after_cools_the_deployment_down() -> None:
+    a = ScriptedBackend("a", Script(error=UpstreamStatusError("busy", upstream_status=429, retry_after_s=30)))
+    b = ScriptedBackend("b", Script())
+    router = make_router(a, b)
+    await collect(router)
+    assert router.groups["m"].deployments[0].availability() is Availability.COOLING
+    log = RouteLog()
+    await collect(router, log)
+    assert [x.deployment for x in log.attempts] == ["b"], "a cooling deployment goes behind the others"
+
+
+async def test_breaker_opens_and_then_no_deployment_is_available() -> None:
+    a = ScriptedBackend("a", Script(error=UpstreamStatusError("down", upstream_status=503)))
+    router = make_router(a, breaker={"failure_threshold": 2, "cooldown_s": 60}, retry={"max_attempts": 1})
+    for _ in range(2):
+        with pytest.raises(UpstreamStatusError):
+            await collect(router)
+    with pytest.raises(NoDeploymentAvailable):
+        await collect(router)
+    assert a.requests.__len__() == 2
+
+
+async def test_full_deployments_answer_429() -> None:
+    a = ScriptedBackend("a", Script())
+    router = make_router(a)
+    router.groups["m"].deployments[0].inflight = 256
+    with pytest.raises(RateLimited):
+        await collect(router)
+
+
+async def test_full_deployment_fails_over_to_one_with_room() -> None:
+    a, b = ScriptedBackend("a", Script()), ScriptedBackend("b", Script())
+    router = make_router(a, b)
+    router.groups["m"].deployments[0].inflight = 256
+    log = RouteLog()
+    await collect(router, log)
+    assert [x.deployment for x in log.attempts] == ["b"]
+
+
+async def test_abandoned_stream_releases_its_inflight_slot() -> None:
+    a = ScriptedBackend("a", Script(tokens=["a", "b", "c"]))
+    router = make_router(a)
+    stream = router.stream("m", BODY, RouteLog())
+    await anext(stream)
+    assert router.groups["m"].deployments[0].inflight == 1
+    await stream.aclose()
+    assert router.groups["m"].deployments[0].inflight == 0
+
+
+async def test_priority_prefers_lower_priority_number() -> None:
+    a, b = ScriptedBackend("a", Script()), ScriptedBackend("b", Script())
+    router = make_router(a, b)
+    for _ in range(5):
+        await collect(router)
+    assert len(a.requests) == 5
+    assert b.requests == []
+
+
+async def test_weighted_spreads_traffic_over_deployments() -> None:
+    a, b = ScriptedBackend("a", Script()), ScriptedBackend("b", Script())
+    router = make_router(a, b, strategy=Strategy.WEIGHTED)
+    for _ in range(40):
+        await collect(router)
+    assert len(a.requests) > 5
+    assert len(b.requests) > 5
