@@ -169,7 +169,7 @@ class _Deadline:
 async def _sse_data(response: httpx.Response, deadline: _Deadline) -> AsyncIterator[bytes]:
     """Yield the payload of each `data:` line of an SSE body."""
     buffer = b""
-    chunks = response.aiter_raw()
+    chunks = response.aiter_bytes()  # decoded: an upstream may compress its SSE
     while True:
         try:
             async with deadline.running():

@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -44,7 +45,8 @@ def create_sim_app(profile: SimProfile | None = None) -> Starlette:
         Route("/sim/control/faults", handlers.put_faults, methods=["PUT"]),
         Route("/sim/control/reset", handlers.reset, methods=["POST"]),
     ]
-    app = Starlette(routes=routes)
+    # Clients of an OpenAI-compatible server expect JSON errors even for unknown routes.
+    app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
     app.state.sim = state
     return app
 
@@ -70,6 +72,12 @@ def fault_status_response(faults: Faults) -> Response:
             "retry-after-ms": str(round(faults.retry_after * 1000)),
         }
     return error_response(status, f"simulated HTTP {status}", headers=headers)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    status = exc.status_code if isinstance(exc, HTTPException) else 500
+    detail = exc.detail if isinstance(exc, HTTPException) else "internal error"
+    return error_response(status, f"{detail}: {request.method} {request.url.path}")
 
 
 class _Handlers:

@@ -93,8 +93,7 @@ class ChatResponse:
         self._trip = positional if positional is not None and positional[0] <= reply.steps else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        counters = self._state.counters
-        counters.in_flight += 1
+        self._state.counters.in_flight += 1
         watcher = asyncio.ensure_future(wait_for_disconnect(receive))
         try:
             if self._reply.stream:
@@ -103,6 +102,7 @@ class ChatResponse:
                 finished = await self._complete(send, watcher)
         finally:
             watcher.cancel()
+            # Looked up again: a reset during the response swaps the counters object.
             self._state.counters.in_flight -= 1
         if finished:
             self._state.counters.completed += 1

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from gateway.sim.text import (
@@ -101,7 +103,7 @@ def test_remaining_tokens_rejects_non_prefixes() -> None:
 
 
 def test_prompt_tokens_count_words_plus_per_message_overhead() -> None:
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"role": "system", "content": "be brief"},
         {"role": "user", "content": [{"type": "text", "text": "one two three"}, {"type": "image_url"}]},
         {"role": "assistant", "content": None, "tool_calls": []},

@@ -1,13 +1,14 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import orjson
 
 from gateway.sim.text import VOCABULARY, seed_digest
 from gateway.sim.tools import arguments_for, plan_tool_call, wants_tool_call
 
-WEATHER = {
+WEATHER: dict[str, Any] = {
     "type": "function",
     "function": {
         "name": "get_weather",
@@ -28,7 +29,7 @@ WEATHER = {
         },
     },
 }
-SEARCH = {
+SEARCH: dict[str, Any] = {
     "type": "function",
     "function": {"name": "search", "parameters": {"type": "object", "properties": {}, "required": []}},
 }
@@ -39,7 +40,8 @@ def test_arguments_cover_every_required_property_with_the_schema_type() -> None:
     arguments = arguments_for(WEATHER["function"]["parameters"], random.Random(1))
     assert set(arguments) == {"city", "days", "threshold", "metric", "tags", "filters", "unit", "note"}
     assert arguments["city"] in VOCABULARY
-    assert isinstance(arguments["days"], int) and not isinstance(arguments["days"], bool)
+    assert isinstance(arguments["days"], int)
+    assert not isinstance(arguments["days"], bool)
     assert isinstance(arguments["threshold"], float)
     assert isinstance(arguments["metric"], bool)
     assert arguments["tags"] == []
@@ -60,7 +62,8 @@ def test_tool_call_is_deterministic_and_named_choice_wins() -> None:
     tools = [WEATHER, SEARCH]
     first = plan_tool_call(digest, tools, "auto")
     assert first == plan_tool_call(digest, tools, "auto")
-    assert first.id.startswith("call_") and len(first.id) == len("call_") + 24
+    assert first.id.startswith("call_")
+    assert len(first.id) == len("call_") + 24
     named = plan_tool_call(digest, tools, {"type": "function", "function": {"name": "get_weather"}})
     assert named.name == "get_weather"
     assert set(orjson.loads(named.arguments)) >= {"city", "unit"}
