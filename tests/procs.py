@@ -45,7 +45,11 @@ def deployment(name: str, sim: Announced, **overrides: Any) -> dict[str, Any]:
 
 def gateway_config(*deployments: dict[str, Any], **sections: Any) -> dict[str, Any]:
     routing = {"retry": {"backoff_base_s": 0.01}, "health": {"interval_s": 30}, **sections.pop("routing", {})}
-    return {"routing": routing, "models": [{"name": "sim-model", "deployments": list(deployments)}], **sections}
+    return {
+        "routing": routing,
+        "models": [{"name": "sim-model", "deployments": list(deployments)}],
+        **sections,
+    }
 
 
 @contextlib.contextmanager

@@ -83,7 +83,9 @@ async def test_malformed_chunk_is_a_protocol_error() -> None:
 
 
 async def test_error_event_inside_a_200_stream_is_an_in_band_error() -> None:
-    b = backend(lambda _: httpx.Response(200, content=sse(chunk("a"), {"error": {"message": "GPU fell over"}})))
+    b = backend(
+        lambda _: httpx.Response(200, content=sse(chunk("a"), {"error": {"message": "GPU fell over"}}))
+    )
     with pytest.raises(UpstreamInBandError, match="GPU fell over"):
         await collect(b)
 
@@ -119,9 +121,12 @@ async def test_no_first_token_within_the_deadline_is_a_first_token_timeout() -> 
         yield b": waiting\n\n"
         await __import__("asyncio").Event().wait()
 
-    deployment = DEPLOYMENT.model_copy(update={"timeouts": DEPLOYMENT.timeouts.model_copy(update={"first_token_s": 0.05})})
+    deployment = DEPLOYMENT.model_copy(
+        update={"timeouts": DEPLOYMENT.timeouts.model_copy(update={"first_token_s": 0.05})}
+    )
     client = httpx.AsyncClient(
-        base_url=deployment.api_base, transport=httpx.MockTransport(lambda _: httpx.Response(200, content=never()))
+        base_url=deployment.api_base,
+        transport=httpx.MockTransport(lambda _: httpx.Response(200, content=never())),
     )
     with pytest.raises(UpstreamTimeout) as raised:
         await collect(OpenAICompatBackend(deployment, client))

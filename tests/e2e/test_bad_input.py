@@ -20,8 +20,20 @@ CASES: list[tuple[str, Any, int, str, str | None]] = [
     ("missing messages", {"model": "sim-model"}, 400, "missing_required_parameter", "messages"),
     ("empty messages", {**GOOD, "messages": []}, 400, "invalid_value", "messages"),
     ("messages not a list", {**GOOD, "messages": "hi"}, 400, "invalid_value", "messages"),
-    ("unknown role", {**GOOD, "messages": [{"role": "wizard", "content": "x"}]}, 400, "invalid_value", "messages[0].role"),
-    ("content of wrong type", {**GOOD, "messages": [{"role": "user", "content": 5}]}, 400, "invalid_value", "messages[0].content"),
+    (
+        "unknown role",
+        {**GOOD, "messages": [{"role": "wizard", "content": "x"}]},
+        400,
+        "invalid_value",
+        "messages[0].role",
+    ),
+    (
+        "content of wrong type",
+        {**GOOD, "messages": [{"role": "user", "content": 5}]},
+        400,
+        "invalid_value",
+        "messages[0].content",
+    ),
     ("missing model", {"messages": GOOD["messages"]}, 400, "missing_required_parameter", "model"),
     ("model not a string", {**GOOD, "model": 7}, 400, "invalid_value", "model"),
     ("unknown model", {**GOOD, "model": "gpt-nope"}, 404, "model_not_found", "model"),
@@ -29,7 +41,13 @@ CASES: list[tuple[str, Any, int, str, str | None]] = [
     ("max_tokens zero", {**GOOD, "max_tokens": 0}, 400, "invalid_value", "max_tokens"),
     ("temperature out of range", {**GOOD, "temperature": 3}, 400, "invalid_value", "temperature"),
     ("n greater than one", {**GOOD, "n": 2}, 400, "unsupported_parameter", "n"),
-    ("tool without function", {**GOOD, "tools": [{"type": "function"}]}, 400, "missing_required_parameter", "tools[0].function"),
+    (
+        "tool without function",
+        {**GOOD, "tools": [{"type": "function"}]},
+        400,
+        "missing_required_parameter",
+        "tools[0].function",
+    ),
     ("tool_choice without tools", {**GOOD, "tool_choice": "required"}, 400, "invalid_request", "tool_choice"),
 ]
 
@@ -45,7 +63,9 @@ def small_limit_gateway(sim_pair: list[Announced], tmp_path_factory: pytest.Temp
 def post(gateway: Announced, body: Any, **kwargs: Any) -> httpx.Response:
     url = f"{gateway.url}/v1/chat/completions"
     if isinstance(body, bytes):
-        return httpx.post(url, content=body, headers={"content-type": "application/json"}, timeout=10, **kwargs)
+        return httpx.post(
+            url, content=body, headers={"content-type": "application/json"}, timeout=10, **kwargs
+        )
     return httpx.post(url, json=body, timeout=10, **kwargs)
 
 
@@ -79,7 +99,9 @@ def test_body_over_the_limit_without_content_length_is_413(small_limit_gateway: 
 
 
 def test_unknown_parameters_pass_through_untouched(shared_gateway: Announced) -> None:
-    reply = post(shared_gateway, {**GOOD, "max_tokens": 3, "logit_bias": {"42": 1}, "x_vendor_flag": {"a": [1]}})
+    reply = post(
+        shared_gateway, {**GOOD, "max_tokens": 3, "logit_bias": {"42": 1}, "x_vendor_flag": {"a": [1]}}
+    )
     assert reply.status_code == 200
 
 

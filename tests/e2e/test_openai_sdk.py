@@ -45,7 +45,9 @@ async def test_plain_completion_matches_the_backend(shared_gateway: Announced, s
     assert reply.usage.completion_tokens == 12
 
 
-async def test_streaming_yields_the_same_text_and_usage(shared_gateway: Announced, sims: list[Announced]) -> None:
+async def test_streaming_yields_the_same_text_and_usage(
+    shared_gateway: Announced, sims: list[Announced]
+) -> None:
     async with client(shared_gateway.url) as sdk:
         stream = await sdk.chat.completions.create(
             model="sim-model",
@@ -65,7 +67,9 @@ async def test_streaming_yields_the_same_text_and_usage(shared_gateway: Announce
 
 async def test_streaming_without_include_usage_sends_no_usage_chunk(shared_gateway: Announced) -> None:
     async with client(shared_gateway.url) as sdk:
-        stream = await sdk.chat.completions.create(model="sim-model", messages=MESSAGES, max_tokens=4, stream=True)
+        stream = await sdk.chat.completions.create(
+            model="sim-model", messages=MESSAGES, max_tokens=4, stream=True
+        )
         chunks = [chunk async for chunk in stream]
     assert all(c.usage is None for c in chunks)
     assert chunks[-1].choices[0].finish_reason == "length"
@@ -85,7 +89,10 @@ async def test_tool_call_arrives_whole_with_valid_json_arguments(shared_gateway:
     assert call.function.name == "get_weather"  # type: ignore[union-attr]
     assert set(json.loads(call.function.arguments)) == {"city", "days"}  # type: ignore[union-attr]
     streamed = "".join(
-        (t.function.arguments or "") for c in chunks if c.choices for t in (c.choices[0].delta.tool_calls or [])
+        (t.function.arguments or "")
+        for c in chunks
+        if c.choices
+        for t in (c.choices[0].delta.tool_calls or [])
     )
     assert streamed == call.function.arguments  # type: ignore[union-attr]
 
