@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import socket
 from dataclasses import dataclass
 from typing import Any, cast
@@ -181,10 +182,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.chunks < 1:
         parser.error("--chunks must be at least 1")
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         uvloop.run(serve(args.host, args.port, args.chunks))
-    except KeyboardInterrupt:
-        pass
 
 
 if __name__ == "__main__":

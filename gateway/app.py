@@ -7,21 +7,30 @@ Reading this file top to bottom gives the request path (the `stages` list), the 
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
 
+from gateway.audit import AuditWriter
+from gateway.audit_records import AuditRequests
+from gateway.auth import Authenticate, Authenticator
 from gateway.backends.factory import build_backend
+from gateway.http.admin_api import build_admin_router
 from gateway.http.errors import install_error_handlers
 from gateway.http.health import HealthApi
 from gateway.http.openai_api import OpenAIApi
+from gateway.keys import KeyService
 from gateway.pipeline import Call, Meter, ResolveModel, Stage, compose
+from gateway.quota import Admit
 from gateway.routing.deployment import Deployment
 from gateway.routing.health import HealthMonitor
 from gateway.routing.router import ModelGroup, Router
 from gateway.routing.strategies import STRATEGIES
 from gateway.settings import Settings
+from gateway.store.base import Store
+from gateway.store.factory import open_store
 
 
 def build_router(settings: Settings, rng: random.Random | None = None) -> Router:
@@ -33,32 +42,65 @@ def build_router(settings: Settings, rng: random.Random | None = None) -> Router
     return Router(groups, settings.routing, rng=rng)
 
 
+def build_audit_writer(settings: Settings, store: Store) -> AuditWriter:
+    audit = settings.audit
+    return AuditWriter(
+        store,
+        queue_size=audit.queue_size,
+        batch_size=audit.batch_size,
+        flush_interval_s=audit.flush_interval_s,
+    )
+
+
+def build_authenticator(settings: Settings, store: Store) -> Authenticator:
+    return Authenticator(
+        store,
+        bootstrap_secret=settings.auth.admin_key or os.environ.get("GATEWAY_ADMIN_KEY", ""),
+        cache_ttl_s=settings.auth.cache_ttl_s,
+        stale_ttl_s=settings.auth.stale_ttl_s,
+    )
+
+
 def create_app(settings: Settings) -> FastAPI:
+    store = open_store(settings.store)
     router = build_router(settings)
     deployments = [d for group in router.groups.values() for d in group.deployments]
     health = HealthMonitor(deployments, settings.routing.health)
+    audit = build_audit_writer(settings, store)
+    authenticator = build_authenticator(settings, store)
+    keys = KeyService(store, audit, on_change=authenticator.forget)
+    quota = Admit(store, settings.quota)
     model_names = [m.name for m in settings.models]
 
     stages: list[Stage] = [
+        AuditRequests(audit, capture=settings.audit.capture),  # outermost: refusals are recorded too
+        Authenticate(authenticator),
         ResolveModel(model_names),
+        quota,
         Meter(),
     ]
     pipeline = compose(stages, Call(router))
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        audit.start()
         health.start()
         try:
             yield
         finally:
             await health.stop()
+            await quota.drain()
+            await audit.stop()
             for deployment in deployments:
                 await deployment.backend.aclose()
+            await store.aclose()
 
     app = FastAPI(title="agent-gateway", lifespan=lifespan, docs_url=None, redoc_url=None)
-    app.router.routes.extend(OpenAIApi(pipeline, model_names, settings.server.max_body_bytes).routes())
-    app.router.routes.extend(HealthApi(router).routes())
+    openai_api = OpenAIApi(pipeline, authenticator, model_names, settings.server.max_body_bytes)
+    app.router.routes.extend(openai_api.routes())
+    app.router.routes.extend(HealthApi(router, store, settings.quota.on_store_error).routes())
+    app.include_router(build_admin_router(authenticator, keys, store))
     install_error_handlers(app)
     app.state.router = router
-    app.state.health = health
+    app.state.quota = quota
     return app

@@ -13,7 +13,9 @@ place that turns them into responses.
     ├── NotFound                    404  not_found_error
     │   └── ModelNotFound           404
     ├── RateLimited                 429  rate_limit_error   (Retry-After)
+    │   └── InsufficientQuota       429  insufficient_quota (a token budget is spent)
     ├── NoDeploymentAvailable       503  service_unavailable (every deployment open, unhealthy or full)
+    ├── StoreUnavailable            503  service_unavailable (Redis or the SQLite file cannot be reached)
     └── UpstreamError               502  upstream_error     (one failed attempt at one deployment)
         ├── UpstreamConnectError         could not connect
         ├── UpstreamTimeout         504  connect / first-token / stall timeout
@@ -26,6 +28,7 @@ place that turns them into responses.
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar
 
 
@@ -95,9 +98,10 @@ class RateLimited(GatewayError):
     def __init__(self, message: str, *, retry_after_s: float) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+        self.extra_headers: dict[str, str] = {}  # x-ratelimit-* when a quota said no
 
     def headers(self) -> dict[str, str]:
-        return {"Retry-After": str(max(1, round(self.retry_after_s)))}
+        return {**self.extra_headers, "Retry-After": str(max(1, math.ceil(self.retry_after_s)))}
 
 
 class NoDeploymentAvailable(GatewayError):
@@ -113,6 +117,18 @@ class NoDeploymentAvailable(GatewayError):
         if self.retry_after_s is None:
             return {}
         return {"Retry-After": str(max(1, round(self.retry_after_s)))}
+
+
+class StoreUnavailable(GatewayError):
+    status = 503
+    type = "service_unavailable"
+    code = "store_unavailable"
+
+
+class InsufficientQuota(RateLimited):
+    """A budget (daily tokens) is spent; OpenAI's code for that is distinct from a rate limit."""
+
+    code = "insufficient_quota"
 
 
 class UpstreamError(GatewayError):

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from gateway.backends.base import Chunk, Usage
 from gateway.errors import ModelNotFound
+from gateway.principal import Principal
 from gateway.routing.router import RouteLog, Router
 
 Handler = Callable[["RequestContext"], AsyncGenerator[Chunk, None]]
@@ -40,6 +41,12 @@ class RequestContext:
     route: RouteLog = field(default_factory=RouteLog)
     usage: Usage = field(default_factory=Usage)
     ttft_s: float | None = None
+    principal: Principal | None = None
+    session_id: str | None = None
+    estimated_prompt_tokens: int = 0
+    quota_note: str | None = None  # set when quotas were not enforced (store down, fail-open)
+    response_headers: dict[str, str] = field(default_factory=dict)
+    completion_text: list[str] = field(default_factory=list)  # only filled in audit capture mode
 
 
 class Stage(Protocol):

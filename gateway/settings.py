@@ -88,7 +88,7 @@ class DeploymentSettings(Frozen):
     max_inflight: int = Field(default=256, ge=1)
     timeouts: Timeouts = Timeouts()
     continuation: Continuation = Continuation.NONE
-    health_path: str = "/models"
+    health_path: str = Field(default="/models", description="relative to api_base, or a full URL")
 
 
 class ModelSettings(Frozen):
@@ -162,8 +162,50 @@ class RedisStoreSettings(Frozen):
     connect_timeout_s: Seconds = 0.25
 
 
+class FailMode(StrEnum):
+    OPEN = "fail_open"  # let requests through unmetered (counted and audited)
+    CLOSED = "fail_closed"  # refuse with 503
+
+
+class LimitSettings(Frozen):
+    rpm: int | None = Field(default=None, ge=1)
+    tpm: int | None = Field(default=None, ge=1)
+    max_concurrency: int | None = Field(default=None, ge=1)
+    daily_tokens: int | None = Field(default=None, ge=1)
+
+
+class AuthSettings(Frozen):
+    # The bootstrap admin key; GATEWAY_ADMIN_KEY in the environment is used when this is empty.
+    admin_key: str = ""
+    cache_ttl_s: Seconds = Field(default=1.0, description="revocation reaches every replica within this")
+    stale_ttl_s: Seconds = Field(
+        default=300.0, description="cached keys still accepted while the store is down"
+    )
+
+
+class QuotaSettings(Frozen):
+    on_store_error: FailMode = FailMode.OPEN
+    default_max_tokens: int = Field(
+        default=1024, ge=1, description="reserved when a request sets no max_tokens"
+    )
+    lease_ttl_s: Seconds = Field(
+        default=60.0, description="a concurrency slot of a dead replica frees after this"
+    )
+    tenants: dict[str, LimitSettings] = Field(default_factory=dict)
+
+
+class AuditSettings(Frozen):
+    capture: bool = Field(default=False, description="store prompts and completions (secrets redacted)")
+    queue_size: int = Field(default=10_000, ge=1)
+    batch_size: int = Field(default=200, ge=1)
+    flush_interval_s: Seconds = 0.05
+
+
 class Settings(Frozen):
     server: ServerSettings = ServerSettings()
+    auth: AuthSettings = AuthSettings()
+    quota: QuotaSettings = QuotaSettings()
+    audit: AuditSettings = AuditSettings()
     store: EmbeddedStoreSettings | RedisStoreSettings = Field(
         default_factory=EmbeddedStoreSettings, discriminator="kind"
     )

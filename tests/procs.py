@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import yaml
 
+from gateway.auth import new_secret
 from gateway.cli.processes import Announced, start_announcing
 
 FAST_SIM = ["--ttft-ms", "5", "--tpot-ms", "1", "--jitter", "0"]
@@ -52,12 +54,59 @@ def gateway_config(*deployments: dict[str, Any], **sections: Any) -> dict[str, A
     }
 
 
+@dataclass
+class Gateway:
+    """A gateway process with a bootstrap admin key and one chat key of tenant "acme"."""
+
+    process: Announced
+    admin_key: str
+    key: str
+    config_path: Path
+
+    @property
+    def url(self) -> str:
+        return self.process.url
+
+    def headers(self, key: str | None = None) -> dict[str, str]:
+        return {"Authorization": f"Bearer {key or self.key}"}
+
+    def create_key(self, **fields: Any) -> tuple[str, str]:
+        """(key id, secret) of a new key made through the admin API."""
+        body = {"name": "test", "tenant": "acme", **fields}
+        reply = httpx.post(f"{self.url}/admin/keys", json=body, headers=self.headers(self.admin_key), timeout=10)
+        reply.raise_for_status()
+        return reply.json()["key"]["id"], reply.json()["secret"]
+
+
 @contextlib.contextmanager
-def running_gateway(tmp_path: Path, config: dict[str, Any]) -> Iterator[Announced]:
+def running_gateway(tmp_path: Path, config: dict[str, Any], env: dict[str, str] | None = None) -> Iterator[Gateway]:
+    config = {"store": {"kind": "embedded", "path": str(tmp_path / "data")}, **config}
     path = tmp_path / "gateway.yaml"
     path.write_text(yaml.safe_dump(config))
-    gateway = start_announcing(["gateway", "serve", "--config", str(path), "--port", "0"])
+    admin_key = new_secret()
+    process = start_announcing(
+        ["gateway", "serve", "--config", str(path), "--port", "0"],
+        env={"GATEWAY_ADMIN_KEY": admin_key, **(env or {})},
+    )
     try:
+        gateway = Gateway(process, admin_key, "", path)
+        gateway.key = gateway.create_key()[1]
         yield gateway
     finally:
-        gateway.stop()
+        process.stop()
+
+
+def redis_store_config(prefix: str) -> dict[str, Any]:
+    return {"kind": "redis", "url": "redis://127.0.0.1:6379/0", "key_prefix": prefix}
+
+
+def delete_redis_prefix(prefix: str) -> None:
+    import redis
+
+    client = redis.Redis(host="127.0.0.1", port=6379, socket_timeout=5)
+    try:
+        keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+        if keys:
+            client.delete(*keys)
+    finally:
+        client.close()

@@ -124,6 +124,7 @@ class OpenAICompatBackend:
 
     async def probe(self) -> None:
         try:
+            # health_path is relative to api_base, or a full URL (vLLM's /health sits at the root).
             response = await self._client.get(self._deployment.health_path)
         except httpx.TimeoutException:
             raise UpstreamTimeout("health probe timed out", deployment=self.name, phase="connect") from None

@@ -12,7 +12,7 @@ _SNIPPET = """
 Ready. Paste this into Python (pip install openai):
 
     from openai import OpenAI
-    client = OpenAI(base_url="{url}/v1", api_key="demo")
+    client = OpenAI(base_url="{url}/v1", api_key="{key}")
     stream = client.chat.completions.create(
         model="sim-model",
         messages=[{{"role": "user", "content": "Hello!"}}],
@@ -21,9 +21,10 @@ Ready. Paste this into Python (pip install openai):
     for chunk in stream:
         print(chunk.choices[0].delta.content or "", end="", flush=True)
 
-Or: curl {url}/v1/chat/completions -H 'content-type: application/json' \\
+Or: curl {url}/v1/chat/completions -H 'authorization: Bearer {key}' \\
       -d '{{"model": "sim-model", "messages": [{{"role": "user", "content": "Hello!"}}]}}'
 
+The key above belongs to tenant "demo" (600 requests/min). State (keys, audit log): {data}
 Health: {url}/readyz    Stop: Ctrl-C
 """
 
@@ -44,9 +45,7 @@ def demo_settings(sim_urls: list[str]) -> dict[str, object]:
 
 @click.command("demo")
 @click.option("--port", type=int, default=8080, show_default=True, help="the gateway's port; 0 picks one")
-@click.option(
-    "--sim-ports", default="9101,9102", show_default=True, help="ports of the two simulated backends"
-)
+@click.option("--sim-ports", default="9101,9102", show_default=True, help="ports of the two simulated backends")
 def demo_command(port: int, sim_ports: str) -> None:
     """Run the gateway with two simulated backends and print a ready-to-paste SDK snippet."""
     from gateway.app import create_app

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import click
 
+from gateway.cli.audit import audit_group
 from gateway.cli.demo import demo_command
+from gateway.cli.keys import keys_group
 from gateway.cli.serve import config_group, serve_command
 from gateway.sim.cli import sim_command
 
@@ -19,3 +21,5 @@ cli.add_command(serve_command)
 cli.add_command(config_group)
 cli.add_command(demo_command)
 cli.add_command(sim_command)
+cli.add_command(keys_group)
+cli.add_command(audit_group)

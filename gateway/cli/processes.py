@@ -31,9 +31,7 @@ class Announced:
             self.process.stdout.close()
 
 
-def start_announcing(
-    args: list[str], timeout_s: float = 30.0, env: dict[str, str] | None = None
-) -> Announced:
+def start_announcing(args: list[str], timeout_s: float = 30.0, env: dict[str, str] | None = None) -> Announced:
     """Start `python -m <args>` and wait for a line ending in its URL (`... listening on URL`)."""
     process = subprocess.Popen(
         [sys.executable, "-m", *args],

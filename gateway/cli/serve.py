@@ -45,6 +45,4 @@ def check_command(path: Path) -> None:
     """Validate a config file; print every problem with its key path."""
     settings = load_or_exit(path)
     deployments = sum(len(m.deployments) for m in settings.models)
-    click.echo(
-        f"{path}: ok ({len(settings.models)} models, {deployments} deployments, store {settings.store.kind})"
-    )
+    click.echo(f"{path}: ok ({len(settings.models)} models, {deployments} deployments, store {settings.store.kind})")

@@ -6,13 +6,18 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from gateway.errors import StoreUnavailable
 from gateway.routing.router import Router
+from gateway.settings import FailMode
+from gateway.store.base import Store
 from gateway.wire import dumps
 
 
 class HealthApi:
-    def __init__(self, router: Router) -> None:
+    def __init__(self, router: Router, store: Store, on_store_error: FailMode) -> None:
         self._router = router
+        self._store = store
+        self._store_required = on_store_error is FailMode.CLOSED
 
     def routes(self) -> list[BaseRoute]:
         return [
@@ -24,7 +29,9 @@ class HealthApi:
         return Response(dumps({"status": "ok"}), media_type="application/json")
 
     async def ready(self, _: Request) -> Response:
-        """Ready when every model has at least one healthy deployment whose breaker is not open."""
+        """Ready when every model has at least one healthy deployment whose breaker is not open,
+        and the store answers. A store outage makes the replica not ready only under
+        `fail_closed` quotas: under `fail_open` it still serves, and says the store is down."""
         models = {
             name: {
                 "ready": group.ready,
@@ -32,6 +39,18 @@ class HealthApi:
             }
             for name, group in self._router.groups.items()
         }
-        ready = all(m["ready"] for m in models.values())
-        body = {"status": "ready" if ready else "not_ready", "models": models}
+        store_up = await self._store_up()
+        ready = all(m["ready"] for m in models.values()) and (store_up or not self._store_required)
+        body = {
+            "status": "ready" if ready else "not_ready",
+            "store": "up" if store_up else "down",
+            "models": models,
+        }
         return Response(dumps(body), status_code=200 if ready else 503, media_type="application/json")
+
+    async def _store_up(self) -> bool:
+        try:
+            await self._store.ping()
+        except StoreUnavailable:
+            return False
+        return True

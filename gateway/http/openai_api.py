@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
+from gateway.auth import Authenticator
 from gateway.backends.base import Chunk
 from gateway.errors import GatewayError
 from gateway.http import sse
@@ -30,8 +31,11 @@ _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 class OpenAIApi:
-    def __init__(self, pipeline: Handler, models: Sequence[str], max_body_bytes: int) -> None:
+    def __init__(
+        self, pipeline: Handler, authenticator: Authenticator, models: Sequence[str], max_body_bytes: int
+    ) -> None:
         self._pipeline = pipeline
+        self._authenticator = authenticator
         self._models = list(models)
         self._max_body_bytes = max_body_bytes
 
@@ -59,7 +63,7 @@ class OpenAIApi:
         except BaseException:
             await chunks.aclose()
             raise
-        headers = {"X-Request-Id": ctx.request_id}
+        headers = {"X-Request-Id": ctx.request_id, **ctx.response_headers}
         if ctx.stream:
             return StreamingResponse(
                 _sse_stream(ctx, first, chunks),

@@ -83,9 +83,7 @@ async def test_malformed_chunk_is_a_protocol_error() -> None:
 
 
 async def test_error_event_inside_a_200_stream_is_an_in_band_error() -> None:
-    b = backend(
-        lambda _: httpx.Response(200, content=sse(chunk("a"), {"error": {"message": "GPU fell over"}}))
-    )
+    b = backend(lambda _: httpx.Response(200, content=sse(chunk("a"), {"error": {"message": "GPU fell over"}})))
     with pytest.raises(UpstreamInBandError, match="GPU fell over"):
         await collect(b)
 

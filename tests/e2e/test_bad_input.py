@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from gateway.cli.processes import Announced
-from tests.procs import deployment, gateway_config, running_gateway
+from tests.procs import Gateway, deployment, gateway_config, running_gateway
 
 GOOD = {"model": "sim-model", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -60,18 +60,16 @@ def small_limit_gateway(sim_pair: list[Announced], tmp_path_factory: pytest.Temp
         yield gateway
 
 
-def post(gateway: Announced, body: Any, **kwargs: Any) -> httpx.Response:
+def post(gateway: Gateway, body: Any, **kwargs: Any) -> httpx.Response:
     url = f"{gateway.url}/v1/chat/completions"
     if isinstance(body, bytes):
-        return httpx.post(
-            url, content=body, headers={"content-type": "application/json"}, timeout=10, **kwargs
-        )
+        return httpx.post(url, content=body, headers={"content-type": "application/json"}, timeout=10, **kwargs)
     return httpx.post(url, json=body, timeout=10, **kwargs)
 
 
 @pytest.mark.parametrize(("case", "body", "status", "code", "param"), CASES, ids=[c[0] for c in CASES])
 def test_bad_request_gets_an_openai_shaped_4xx(
-    shared_gateway: Announced, case: str, body: Any, status: int, code: str, param: str | None
+    shared_gateway: Gateway, case: str, body: Any, status: int, code: str, param: str | None
 ) -> None:
     reply = post(shared_gateway, body)
     assert reply.status_code == status, reply.text
@@ -82,32 +80,35 @@ def test_bad_request_gets_an_openai_shaped_4xx(
     assert error["message"]
 
 
-def test_body_over_the_limit_is_413(small_limit_gateway: Announced) -> None:
+def test_body_over_the_limit_is_413(small_limit_gateway: Gateway) -> None:
     big = {**GOOD, "messages": [{"role": "user", "content": "x" * 5000}]}
     reply = post(small_limit_gateway, big)
     assert reply.status_code == 413
     assert reply.json()["error"]["code"] == "request_too_large"
 
 
-def test_body_over_the_limit_without_content_length_is_413(small_limit_gateway: Announced) -> None:
+def test_body_over_the_limit_without_content_length_is_413(small_limit_gateway: Gateway) -> None:
     def chunks() -> Any:
         for _ in range(10):
             yield b"x" * 1000
 
-    reply = httpx.post(f"{small_limit_gateway.url}/v1/chat/completions", content=chunks(), timeout=10)
+    reply = httpx.post(
+        f"{small_limit_gateway.url}/v1/chat/completions",
+        content=chunks(),
+        headers=small_limit_gateway.headers(),
+        timeout=10,
+    )
     assert reply.status_code == 413
 
 
-def test_unknown_parameters_pass_through_untouched(shared_gateway: Announced) -> None:
-    reply = post(
-        shared_gateway, {**GOOD, "max_tokens": 3, "logit_bias": {"42": 1}, "x_vendor_flag": {"a": [1]}}
-    )
+def test_unknown_parameters_pass_through_untouched(shared_gateway: Gateway) -> None:
+    reply = post(shared_gateway, {**GOOD, "max_tokens": 3, "logit_bias": {"42": 1}, "x_vendor_flag": {"a": [1]}})
     assert reply.status_code == 200
 
 
-def test_unknown_path_and_wrong_method_are_openai_shaped(shared_gateway: Announced) -> None:
-    missing = httpx.get(f"{shared_gateway.url}/v1/nothing", timeout=10)
-    wrong = httpx.get(f"{shared_gateway.url}/v1/chat/completions", timeout=10)
+def test_unknown_path_and_wrong_method_are_openai_shaped(shared_gateway: Gateway) -> None:
+    missing = httpx.get(f"{shared_gateway.url}/v1/nothing", headers=shared_gateway.headers(), timeout=10)
+    wrong = httpx.get(f"{shared_gateway.url}/v1/chat/completions", headers=shared_gateway.headers(), timeout=10)
     assert missing.status_code == 404
     assert missing.json()["error"]["code"] == "not_found"
     assert wrong.status_code == 405

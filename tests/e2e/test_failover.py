@@ -12,7 +12,15 @@ import httpx
 import pytest
 
 from gateway.cli.processes import Announced
-from tests.procs import deployment, gateway_config, running_gateway, served_count, set_faults, start_sim
+from tests.procs import (
+    Gateway,
+    deployment,
+    gateway_config,
+    running_gateway,
+    served_count,
+    set_faults,
+    start_sim,
+)
 
 BODY = {"model": "sim-model", "messages": [{"role": "user", "content": "failover please"}], "max_tokens": 8}
 
@@ -22,8 +30,10 @@ def expected_text(sim: Announced) -> str:
     return str(reply["choices"][0]["message"]["content"])
 
 
-def ask(gateway: Announced, **extra: object) -> httpx.Response:
-    return httpx.post(f"{gateway.url}/v1/chat/completions", json={**BODY, **extra}, timeout=15)
+def ask(gateway: Gateway, **extra: object) -> httpx.Response:
+    return httpx.post(
+        f"{gateway.url}/v1/chat/completions", json={**BODY, **extra}, headers=gateway.headers(), timeout=15
+    )
 
 
 @pytest.fixture
@@ -37,9 +47,7 @@ def own_sims() -> Iterator[list[Announced]]:
             sim.stop()
 
 
-def test_sigkilled_first_deployment_fails_over_to_the_second(
-    tmp_path: Path, own_sims: list[Announced]
-) -> None:
+def test_sigkilled_first_deployment_fails_over_to_the_second(tmp_path: Path, own_sims: list[Announced]) -> None:
     first, second = own_sims
     expected = expected_text(second)
     config = gateway_config(deployment("a", first), deployment("b", second, priority=1))
@@ -72,7 +80,7 @@ def test_failing_first_deployment_fails_over_before_the_first_token(
         deployment("b", second, priority=1),
     )
     with running_gateway(tmp_path, config) as gateway:
-        streamed = httpx.post(f"{gateway.url}/v1/chat/completions", json={**BODY, "stream": True}, timeout=15)
+        streamed = ask(gateway, stream=True)
         reply = ask(gateway)
     assert reply.status_code == 200, reason
     assert reply.json()["choices"][0]["message"]["content"] == expected, reason
@@ -106,7 +114,7 @@ def test_circuit_breaker_opens_then_half_opens_and_closes(tmp_path: Path, sims: 
         assert readiness["models"]["sim-model"]["deployments"]["a"] == "ready"
 
 
-def wait_for_availability(gateway: Announced, name: str, wanted: str, within_s: float) -> None:
+def wait_for_availability(gateway: Gateway, name: str, wanted: str, within_s: float) -> None:
     """Poll readiness until `wanted` or a deadline: a breaker cooldown is itself a matter of time."""
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
@@ -117,14 +125,12 @@ def wait_for_availability(gateway: Announced, name: str, wanted: str, within_s: 
     pytest.fail(f"{name} did not become {wanted} within {within_s}s")
 
 
-def test_mid_stream_cut_ends_with_an_in_band_error_not_a_silent_200(
-    tmp_path: Path, sims: list[Announced]
-) -> None:
+def test_mid_stream_cut_ends_with_an_in_band_error_not_a_silent_200(tmp_path: Path, sims: list[Announced]) -> None:
     first, second = sims
     set_faults(first, cut_after=3)
     config = gateway_config(deployment("a", first, continuation="none"), deployment("b", second, priority=1))
     with running_gateway(tmp_path, config) as gateway:
-        reply = httpx.post(f"{gateway.url}/v1/chat/completions", json={**BODY, "stream": True}, timeout=15)
+        reply = ask(gateway, stream=True)
     events = [line for line in reply.text.splitlines() if line.startswith("data: ")]
     assert reply.status_code == 200
     assert '"error"' in events[-2]
@@ -158,9 +164,7 @@ def test_slow_deployment_is_detected_as_degraded_and_drained(tmp_path: Path) -> 
             before = served_count(slow)
             for _ in range(10):
                 assert ask(gateway).status_code == 200
-            assert served_count(slow) == before, (
-                "a degraded deployment gets no traffic while a ready one exists"
-            )
+            assert served_count(slow) == before, "a degraded deployment gets no traffic while a ready one exists"
     finally:
         slow.stop()
         fast.stop()

@@ -9,6 +9,7 @@ import pytest
 from openai import AsyncOpenAI, NotFoundError
 
 from gateway.cli.processes import Announced
+from tests.procs import Gateway
 
 MESSAGES = [{"role": "user", "content": "Tell me about circuit breakers"}]
 WEATHER_TOOL = {
@@ -25,8 +26,8 @@ WEATHER_TOOL = {
 }
 
 
-def client(base_url: str) -> AsyncOpenAI:
-    return AsyncOpenAI(base_url=f"{base_url}/v1", api_key="test-key", max_retries=0, timeout=10)
+def client(gateway: Gateway) -> AsyncOpenAI:
+    return AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key=gateway.key, max_retries=0, timeout=10)
 
 
 def direct_text(sim: Announced, max_tokens: int) -> str:
@@ -35,8 +36,8 @@ def direct_text(sim: Announced, max_tokens: int) -> str:
     return str(reply["choices"][0]["message"]["content"])
 
 
-async def test_plain_completion_matches_the_backend(shared_gateway: Announced, sims: list[Announced]) -> None:
-    async with client(shared_gateway.url) as sdk:
+async def test_plain_completion_matches_the_backend(shared_gateway: Gateway, sims: list[Announced]) -> None:
+    async with client(shared_gateway) as sdk:
         reply = await sdk.chat.completions.create(model="sim-model", messages=MESSAGES, max_tokens=12)
     assert reply.choices[0].message.content == direct_text(sims[0], 12)
     assert reply.choices[0].finish_reason == "length"
@@ -45,10 +46,8 @@ async def test_plain_completion_matches_the_backend(shared_gateway: Announced, s
     assert reply.usage.completion_tokens == 12
 
 
-async def test_streaming_yields_the_same_text_and_usage(
-    shared_gateway: Announced, sims: list[Announced]
-) -> None:
-    async with client(shared_gateway.url) as sdk:
+async def test_streaming_yields_the_same_text_and_usage(shared_gateway: Gateway, sims: list[Announced]) -> None:
+    async with client(shared_gateway) as sdk:
         stream = await sdk.chat.completions.create(
             model="sim-model",
             messages=MESSAGES,
@@ -65,18 +64,16 @@ async def test_streaming_yields_the_same_text_and_usage(
     assert chunks[-1].choices == []
 
 
-async def test_streaming_without_include_usage_sends_no_usage_chunk(shared_gateway: Announced) -> None:
-    async with client(shared_gateway.url) as sdk:
-        stream = await sdk.chat.completions.create(
-            model="sim-model", messages=MESSAGES, max_tokens=4, stream=True
-        )
+async def test_streaming_without_include_usage_sends_no_usage_chunk(shared_gateway: Gateway) -> None:
+    async with client(shared_gateway) as sdk:
+        stream = await sdk.chat.completions.create(model="sim-model", messages=MESSAGES, max_tokens=4, stream=True)
         chunks = [chunk async for chunk in stream]
     assert all(c.usage is None for c in chunks)
     assert chunks[-1].choices[0].finish_reason == "length"
 
 
-async def test_tool_call_arrives_whole_with_valid_json_arguments(shared_gateway: Announced) -> None:
-    async with client(shared_gateway.url) as sdk:
+async def test_tool_call_arrives_whole_with_valid_json_arguments(shared_gateway: Gateway) -> None:
+    async with client(shared_gateway) as sdk:
         reply = await sdk.chat.completions.create(
             model="sim-model", messages=MESSAGES, tools=[WEATHER_TOOL], tool_choice="auto"
         )
@@ -89,22 +86,19 @@ async def test_tool_call_arrives_whole_with_valid_json_arguments(shared_gateway:
     assert call.function.name == "get_weather"  # type: ignore[union-attr]
     assert set(json.loads(call.function.arguments)) == {"city", "days"}  # type: ignore[union-attr]
     streamed = "".join(
-        (t.function.arguments or "")
-        for c in chunks
-        if c.choices
-        for t in (c.choices[0].delta.tool_calls or [])
+        (t.function.arguments or "") for c in chunks if c.choices for t in (c.choices[0].delta.tool_calls or [])
     )
     assert streamed == call.function.arguments  # type: ignore[union-attr]
 
 
-async def test_models_lists_the_logical_models(shared_gateway: Announced) -> None:
-    async with client(shared_gateway.url) as sdk:
+async def test_models_lists_the_logical_models(shared_gateway: Gateway) -> None:
+    async with client(shared_gateway) as sdk:
         models = await sdk.models.list()
     assert [m.id for m in models.data] == ["sim-model"]
 
 
-async def test_unknown_model_is_a_404_the_sdk_understands(shared_gateway: Announced) -> None:
-    async with client(shared_gateway.url) as sdk:
+async def test_unknown_model_is_a_404_the_sdk_understands(shared_gateway: Gateway) -> None:
+    async with client(shared_gateway) as sdk:
         with pytest.raises(NotFoundError) as raised:
             await sdk.chat.completions.create(model="no-such-model", messages=MESSAGES)
     assert raised.value.code == "model_not_found"

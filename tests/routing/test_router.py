@@ -19,15 +19,11 @@ from tests.doubles import Script, ScriptedBackend
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
 
-def make_router(
-    *backends: ScriptedBackend, strategy: Strategy = Strategy.PRIORITY, **routing: object
-) -> Router:
+def make_router(*backends: ScriptedBackend, strategy: Strategy = Strategy.PRIORITY, **routing: object) -> Router:
     settings = RoutingSettings.model_validate({"retry": {"backoff_base_s": 0.001}, **routing})
     deployments = [
         Deployment(
-            DeploymentSettings(
-                name=b.name, api_base="http://127.0.0.1:1/v1", model=f"{b.name}-model", priority=i
-            ),
+            DeploymentSettings(name=b.name, api_base="http://127.0.0.1:1/v1", model=f"{b.name}-model", priority=i),
             b,
             settings,
         )
@@ -81,9 +77,7 @@ async def test_role_only_chunk_does_not_commit_the_attempt() -> None:
     b = ScriptedBackend("b", Script(tokens=["ok"]))
     chunks = await collect(make_router(a, b))
     assert text(chunks) == "ok"
-    assert sum(1 for c in chunks if c.role == "assistant") == 1, (
-        "the failed attempt's role chunk was held back"
-    )
+    assert sum(1 for c in chunks if c.role == "assistant") == 1, "the failed attempt's role chunk was held back"
 
 
 async def test_client_error_from_upstream_is_returned_with_its_status_and_not_retried() -> None:

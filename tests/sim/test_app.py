@@ -98,9 +98,7 @@ async def test_non_stream_returns_the_same_text_with_usage(client: httpx.AsyncCl
         (b'{"model": "m", "messages": [{"role": "user"}], "stream": "yes"}', "stream"),
     ],
 )
-async def test_bad_body_is_a_400_openai_error(
-    client: httpx.AsyncClient, content: bytes, param: str | None
-) -> None:
+async def test_bad_body_is_a_400_openai_error(client: httpx.AsyncClient, content: bytes, param: str | None) -> None:
     response = await client.post("/v1/chat/completions", content=content)
     error = assert_openai_error(response, 400)
     assert error["type"] == "invalid_request_error"

@@ -50,9 +50,7 @@ def test_profile_defaults_match_the_documented_ones() -> None:
 
 def test_profile_file_values_are_overridden_by_flags(tmp_path: Path) -> None:
     path = tmp_path / "profile.yaml"
-    path.write_text(
-        "ttft_ms: 100\ntpot_ms: 20\nseed: 7\nmodel_ids: [a, b]\nfaults:\n  slow: 2\n  error_rate: 0.1\n"
-    )
+    path.write_text("ttft_ms: 100\ntpot_ms: 20\nseed: 7\nmodel_ids: [a, b]\nfaults:\n  slow: 2\n  error_rate: 0.1\n")
     profile = load_profile(path, tpot_ms=5, ttft_ms=None, faults="status=503")
     assert profile.ttft_ms == 100
     assert profile.tpot_ms == 5

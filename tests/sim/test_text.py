@@ -32,9 +32,7 @@ def test_key_order_does_not_change_the_tokens() -> None:
 def test_tokens_are_pinned_across_processes_and_releases() -> None:
     # A fixed expectation catches any change that would make two sim versions disagree.
     messages = [{"role": "user", "content": "hi"}]
-    assert seed_digest("m", messages).hex() == (
-        "3aa069de508d123ac29e4ae25f3c1818b33b58c4234696ecb4ffb9bc200c2ca4"
-    )
+    assert seed_digest("m", messages).hex() == ("3aa069de508d123ac29e4ae25f3c1818b33b58c4234696ecb4ffb9bc200c2ca4")
     assert generate_tokens("sim-model", messages, 5) == ["cloud", " rapid", " market", " this", " island"]
 
 

@@ -1,0 +1,231 @@
+"""What a proxy adds: direct to a fast upstream vs through this gateway vs through the LiteLLM proxy.
+
+    python bench/overhead.py [--quick] [--rounds 3] [--litellm-python /work/bench-venv/bin/python]
+
+One run starts the upstream (bench/fast_upstream.py), the gateway and, when available, LiteLLM,
+then measures in alternating rounds every scenario (non-streaming and streaming, at concurrency 1
+and 32) on every path. It prints a Markdown table, the target ratios and the command, and writes
+the raw figures to bench/results/overhead-<timestamp>.json.
+
+LiteLLM runs from its own virtualenv, so that its large dependency tree never changes the main
+environment:  python -m venv /work/bench-venv && /work/bench-venv/bin/pip install "litellm[proxy]==1.108.7"
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import datetime
+import os
+import platform
+import shlex
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import uvloop
+from procs import Service, StartError, rss_bytes
+from report import markdown_ratios, markdown_table, ratios, rows
+from runner import Figures, Limits, PathUnderTest, Scenario, run_rounds
+from services import (
+    BENCH_DIR,
+    DEFAULT_LITELLM_PYTHON,
+    LiteLLMCheck,
+    check_litellm,
+    start_gateway,
+    start_litellm,
+    start_upstream,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    quick: bool
+    rounds: int
+    requests: int  # per window at high concurrency
+    requests_c1: int
+    concurrency: int
+    time_cap_s: float
+    chunks: int
+    litellm_python: Path | None
+    no_litellm: bool
+    out_dir: Path
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    add = parser.add_argument
+    add("--quick", action="store_true", help="small counts: a smoke run of well under a minute")
+    add("--rounds", type=int, help="rounds; the report takes the median (default 3, quick 2)")
+    add("--requests", type=int, help="requests per window at high concurrency (default 2000)")
+    add("--requests-c1", type=int, help="requests per window at concurrency 1 (default 500)")
+    add("--concurrency", type=int, default=32, help="the high concurrency (default 32)")
+    add("--time-cap", type=float, help="seconds a measured window may run (default 20, quick 4)")
+    add("--chunks", type=int, default=20, help="content chunks per stream (default 20)")
+    default_python = DEFAULT_LITELLM_PYTHON if DEFAULT_LITELLM_PYTHON.exists() else None
+    add("--litellm-python", type=Path, default=default_python, help=f"default {DEFAULT_LITELLM_PYTHON}")
+    add("--no-litellm", action="store_true", help="measure direct and gateway only")
+    add("--out-dir", type=Path, default=BENCH_DIR / "results", help="where the JSON goes")
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> Options:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    quick = bool(args.quick)
+    options = Options(
+        quick=quick,
+        rounds=args.rounds or (2 if quick else 3),
+        requests=args.requests or (400 if quick else 2000),
+        requests_c1=args.requests_c1 or (100 if quick else 500),
+        concurrency=args.concurrency,
+        time_cap_s=args.time_cap or (4.0 if quick else 20.0),
+        chunks=args.chunks,
+        litellm_python=args.litellm_python,
+        no_litellm=bool(args.no_litellm),
+        out_dir=args.out_dir,
+    )
+    if min(options.rounds, options.requests, options.requests_c1, options.concurrency, options.chunks) < 1:
+        parser.error("counts must be at least 1")
+    return options
+
+
+def scenarios(options: Options) -> list[Scenario]:
+    result = []
+    for stream in (False, True):
+        for concurrency in (1, options.concurrency):
+            requests = options.requests_c1 if concurrency == 1 else options.requests
+            name = f"{'stream' if stream else 'non-stream'} c={concurrency}"
+            result.append(Scenario(name, stream, concurrency, requests))
+    return result
+
+
+def limits(options: Options) -> Limits:
+    warmup = 20 if options.quick else 100
+    return Limits(
+        time_cap_s=options.time_cap_s, warmup_requests=warmup, warmup_cap_s=3.0, chunks=options.chunks
+    )
+
+
+@contextlib.contextmanager
+def running(service: Service) -> Iterator[Service]:
+    try:
+        yield service
+    finally:
+        service.stop()
+
+
+def _start_litellm_or_none(
+    workdir: Path, check: LiteLLMCheck, upstream: Service
+) -> tuple[Service | None, str]:
+    if check.python is None:
+        return None, check.reason
+    print(f"starting LiteLLM {check.version} from {check.python} ...", file=sys.stderr, flush=True)
+    try:
+        return start_litellm(workdir, check.python, upstream.url), ""
+    except StartError as exc:
+        return None, f"LiteLLM did not start: {exc}"
+
+
+def command_line() -> str:
+    return shlex.join(["python", "bench/overhead.py", *sys.argv[1:]])
+
+
+def machine() -> dict[str, Any]:
+    return {
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "load_average": os.getloadavg(),
+        "platform": platform.platform(),
+    }
+
+
+@dataclasses.dataclass
+class Outcome:
+    figures: list[Figures]
+    paths: list[str]
+    rss_bytes: dict[str, int]
+    litellm_reason: str
+
+
+def measure(options: Options, check: LiteLLMCheck) -> Outcome:
+    with tempfile.TemporaryDirectory(prefix="overhead-") as tmp, contextlib.ExitStack() as stack:
+        workdir = Path(tmp)
+        upstream = stack.enter_context(running(start_upstream(workdir, options.chunks)))
+        gateway = stack.enter_context(running(start_gateway(workdir, upstream.url)))
+        paths = [PathUnderTest("direct", upstream.url, None), PathUnderTest("gateway", gateway.url, gateway)]
+        litellm, reason = _start_litellm_or_none(workdir, check, upstream)
+        if litellm is not None:
+            paths.append(PathUnderTest("litellm", stack.enter_context(running(litellm)).url, litellm))
+        else:
+            print(f"LiteLLM not measured: {reason}", file=sys.stderr, flush=True)
+        figures = uvloop.run(run_rounds(options.rounds, scenarios(options), paths, upstream, limits(options)))
+        rss = {p.name: rss_bytes(p.proxy.pids()) for p in paths if p.proxy is not None}
+    return Outcome(figures, [p.name for p in paths], rss, reason)
+
+
+def _mib(value: int) -> str:
+    return f"{value / 2**20:.0f} MiB"
+
+
+def print_report(options: Options, outcome: Outcome, check: LiteLLMCheck, took_s: float) -> None:
+    table = rows(outcome.figures, scenarios(options), outcome.paths)
+    print(f"\n## Proxy overhead (median of {options.rounds} rounds, {options.chunks}-chunk streams)\n")
+    print(markdown_table(table))
+    print("\nRSS at the end: " + ", ".join(f"{k} {_mib(v)}" for k, v in outcome.rss_bytes.items()))
+    print("\n" + markdown_ratios(ratios(table, scenarios(options))))
+    if outcome.litellm_reason:
+        print(f"\nLiteLLM was not measured: {outcome.litellm_reason}")
+    else:
+        print(f"\nLiteLLM {check.version} (proxy, 1 worker, no master key, telemetry and spend logs off).")
+    info = machine()
+    load = info["load_average"][0]
+    print(f"Machine: {info['cpus']} CPUs, Python {info['python']}, load average {load:.2f} at the end.")
+    print(f"Command: `{command_line()}` (took {took_s:.0f} s)")
+
+
+def write_results(options: Options, outcome: Outcome, check: LiteLLMCheck, took_s: float) -> Path:
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+    options.out_dir.mkdir(parents=True, exist_ok=True)
+    path = options.out_dir / f"overhead-{stamp}.json"
+    table = rows(outcome.figures, scenarios(options), outcome.paths)
+    document = {
+        "command": command_line(),
+        "took_s": took_s,
+        "machine": machine(),
+        "options": {k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(options).items()},
+        "litellm": {"version": check.version, "not_measured": outcome.litellm_reason or None},
+        "scenarios": [dataclasses.asdict(s) for s in scenarios(options)],
+        "summary": [dataclasses.asdict(r) for r in table],
+        "ratios": [dataclasses.asdict(r) for r in ratios(table, scenarios(options))],
+        "rss_bytes": outcome.rss_bytes,
+        "windows": [dataclasses.asdict(f) for f in outcome.figures],
+    }
+    path.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2))
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = parse_args(argv)
+    started = time.monotonic()
+    check = check_litellm(options.litellm_python, options.no_litellm)
+    try:
+        outcome = measure(options, check)
+    except StartError as exc:
+        print(f"cannot run the benchmark: {exc}", file=sys.stderr)
+        return 1
+    took_s = time.monotonic() - started
+    print_report(options, outcome, check, took_s)
+    print(f"Raw figures: {write_results(options, outcome, check, took_s)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,159 @@
+"""Medians across rounds, what each proxy adds over going direct, the target ratios, and the
+Markdown table for the README.
+
+"Added" figures are medians of per-round differences (proxy minus direct in the same round, which
+ran moments apart), not differences of medians: that is what the alternating rounds are for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from runner import Figures, Scenario, median_of
+
+DIRECT = "direct"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One scenario on one path, as medians over the rounds."""
+
+    scenario: str
+    path: str
+    rounds: int
+    errors: int
+    rps: float | None
+    p50_ms: float | None
+    p99_ms: float | None
+    ttft_p50_ms: float | None
+    gap_ms: float | None
+    added_p50_ms: float | None
+    added_ttft_ms: float | None
+    added_gap_ms: float | None
+    cpu_ms_per_req: float | None
+
+
+def _added(windows: Sequence[Figures], direct: dict[int, Figures], field: str) -> float | None:
+    deltas: list[float | None] = []
+    for window in windows:
+        base = direct.get(window.round)
+        mine, theirs = getattr(window, field), getattr(base, field, None)
+        deltas.append(mine - theirs if mine is not None and theirs is not None else None)
+    return median_of(deltas)
+
+
+def _row(scenario: str, path: str, windows: Sequence[Figures], direct: dict[int, Figures]) -> Row:
+    proxied = path != DIRECT
+    return Row(
+        scenario=scenario,
+        path=path,
+        rounds=len(windows),
+        errors=sum(w.errors for w in windows),
+        rps=median_of([w.rps for w in windows]),
+        p50_ms=median_of([w.p50_ms for w in windows]),
+        p99_ms=median_of([w.p99_ms for w in windows]),
+        ttft_p50_ms=median_of([w.ttft_p50_ms for w in windows]),
+        gap_ms=median_of([w.gap_ms for w in windows]),
+        added_p50_ms=_added(windows, direct, "p50_ms") if proxied else None,
+        added_ttft_ms=_added(windows, direct, "ttft_p50_ms") if proxied else None,
+        added_gap_ms=_added(windows, direct, "gap_ms") if proxied else None,
+        cpu_ms_per_req=median_of([w.proxy_cpu_ms_per_req for w in windows]),
+    )
+
+
+def rows(figures: Sequence[Figures], scenarios: Sequence[Scenario], paths: Sequence[str]) -> list[Row]:
+    result = []
+    for scenario in scenarios:
+        mine = [f for f in figures if f.scenario == scenario.name]
+        direct = {f.round: f for f in mine if f.path == DIRECT}
+        for path in paths:
+            windows = [f for f in mine if f.path == path]
+            if windows:
+                result.append(_row(scenario.name, path, windows, direct))
+    return result
+
+
+@dataclass(frozen=True)
+class Ratio:
+    name: str
+    value: float | None
+    target: str
+    met: bool | None
+
+
+def _find(table: Sequence[Row], scenario: Scenario, path: str) -> Row | None:
+    return next((r for r in table if r.scenario == scenario.name and r.path == path), None)
+
+
+def _field(row: Row | None, name: str) -> float | None:
+    value = getattr(row, name, None)
+    return float(value) if value is not None else None
+
+
+def _quotient(top: float | None, bottom: float | None) -> float | None:
+    return top / bottom if top is not None and bottom else None
+
+
+def _ratio(
+    name: str, value: float | None, at_most: float | None = None, at_least: float | None = None
+) -> Ratio:
+    if at_most is not None:
+        return Ratio(name, value, f"<= {at_most:g}", None if value is None else value <= at_most)
+    assert at_least is not None
+    return Ratio(name, value, f">= {at_least:g}", None if value is None else value >= at_least)
+
+
+def ratios(table: Sequence[Row], scenarios: Sequence[Scenario]) -> list[Ratio]:
+    result = []
+    low = min(s.concurrency for s in scenarios)
+    high = max(s.concurrency for s in scenarios)
+    for scenario in scenarios:
+        ours, theirs = _find(table, scenario, "gateway"), _find(table, scenario, "litellm")
+        kind = "streaming" if scenario.stream else "non-streaming"
+        if scenario.concurrency == low:
+            added = _quotient(_field(ours, "added_p50_ms"), _field(theirs, "added_p50_ms"))
+            result.append(_ratio(f"c={low} {kind}: added p50, gateway / LiteLLM", added, at_most=0.1))
+        if scenario.concurrency == high:
+            rps = _quotient(_field(ours, "rps"), _field(theirs, "rps"))
+            result.append(_ratio(f"c={high} {kind}: req/s, gateway / LiteLLM", rps, at_least=10))
+        if scenario.stream and scenario.concurrency == low:
+            gap = _field(ours, "added_gap_ms")
+            result.append(_ratio(f"c={low} streaming: gateway per-chunk overhead (ms)", gap, at_most=0.1))
+    return result
+
+
+def _cell(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def markdown_table(table: Sequence[Row]) -> str:
+    head = (
+        "| scenario | path | req/s | p50 ms | p99 ms | TTFT p50 ms | chunk gap ms "
+        "| +p50 ms | +TTFT ms | +per-chunk ms | proxy CPU ms/req |"
+    )
+    lines = [head, "|" + "---|" * 11]
+    for r in table:
+        cells = [
+            r.scenario,
+            r.path + (f" ({r.errors} errors)" if r.errors else ""),
+            _cell(r.rps, 0),
+            _cell(r.p50_ms, 3),
+            _cell(r.p99_ms, 3),
+            _cell(r.ttft_p50_ms, 3),
+            _cell(r.gap_ms, 4),
+            _cell(r.added_p50_ms, 3),
+            _cell(r.added_ttft_ms, 3),
+            _cell(r.added_gap_ms, 4),
+            _cell(r.cpu_ms_per_req, 3),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def markdown_ratios(items: Sequence[Ratio]) -> str:
+    lines = ["| target | value | goal | met |", "|---|---|---|---|"]
+    for item in items:
+        met = "-" if item.met is None else ("yes" if item.met else "no")
+        lines.append(f"| {item.name} | {_cell(item.value, 3)} | {item.target} | {met} |")
+    return "\n".join(lines)

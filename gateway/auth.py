@@ -1,0 +1,142 @@
+"""API keys: secrets, principals, and the authenticator with its per-replica cache.
+
+A secret is `agw_` + 256 random bits (base64url); only its SHA-256 digest is stored, and a record
+is found by digest, so the secret itself is never compared. Key records are cached per replica
+for `cache_ttl_s` (a revocation reaches every replica within that) and served stale for up to
+`stale_ttl_s` while the store is unreachable, so a Redis outage does not log everyone out.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import hmac
+import secrets
+import time
+from collections.abc import AsyncGenerator, Callable, Mapping
+
+from gateway.backends.base import Chunk
+from gateway.errors import AuthenticationFailed, ModelNotFound, StoreUnavailable
+from gateway.pipeline import Handler, RequestContext
+from gateway.principal import Principal, Scope
+from gateway.store.base import KeyRecord, Limits, Store
+
+SECRET_PREFIX = "agw_"
+_SECRET_BYTES = 32
+_SECRET_LENGTH = len(SECRET_PREFIX) + len(base64.urlsafe_b64encode(bytes(_SECRET_BYTES)).rstrip(b"="))
+BOOTSTRAP_KEY_ID = "bootstrap-admin"
+
+
+def new_secret() -> str:
+    raw = base64.urlsafe_b64encode(secrets.token_bytes(_SECRET_BYTES)).rstrip(b"=").decode()
+    return SECRET_PREFIX + raw
+
+
+def digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def principal_of(record: KeyRecord) -> Principal:
+    return Principal(
+        key_id=record.id,
+        tenant=record.tenant,
+        scopes=frozenset(record.scopes),
+        models=frozenset(record.models),
+        limits=record.limits,
+    )
+
+
+def bearer_secret(headers: Mapping[str, str]) -> str:
+    header = headers.get("authorization")
+    if not header:
+        raise AuthenticationFailed("Missing API key: send 'Authorization: Bearer agw_...'")
+    scheme, _, secret = header.partition(" ")
+    secret = secret.strip()
+    if scheme.lower() != "bearer" or not secret:
+        raise AuthenticationFailed("Malformed Authorization header: expected 'Bearer <key>'")
+    if not secret.startswith(SECRET_PREFIX) or len(secret) != _SECRET_LENGTH:
+        raise AuthenticationFailed("Malformed API key: expected an 'agw_' key")
+    return secret
+
+
+class Authenticator:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        bootstrap_secret: str,
+        cache_ttl_s: float,
+        stale_ttl_s: float,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._store = store
+        self._bootstrap_digest = digest(bootstrap_secret) if bootstrap_secret else ""
+        self._cache_ttl_s = cache_ttl_s
+        self._stale_ttl_s = stale_ttl_s
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._cache: dict[str, tuple[KeyRecord | None, float]] = {}
+
+    async def authenticate(self, headers: Mapping[str, str]) -> Principal:
+        key_digest = digest(bearer_secret(headers))
+        if self._bootstrap_digest and hmac.compare_digest(key_digest, self._bootstrap_digest):
+            return _bootstrap_principal()
+        record = await self._lookup(key_digest)
+        if record is None or not hmac.compare_digest(record.digest, key_digest):
+            raise AuthenticationFailed("Incorrect API key provided")
+        if record.revoked_at is not None:
+            raise AuthenticationFailed("This API key has been revoked")
+        if record.expires_at is not None and record.expires_at <= self._wall_clock():
+            raise AuthenticationFailed("This API key has expired")
+        return principal_of(record)
+
+    async def _lookup(self, key_digest: str) -> KeyRecord | None:
+        cached = self._cache.get(key_digest)
+        now = self._clock()
+        if cached is not None and now - cached[1] < self._cache_ttl_s:
+            return cached[0]
+        try:
+            record = await self._store.find_key(key_digest)
+        except StoreUnavailable:
+            if cached is not None and now - cached[1] < self._stale_ttl_s:
+                return cached[0]
+            raise
+        self._cache[key_digest] = (record, now)
+        if len(self._cache) > 100_000:  # bound memory under a flood of random keys
+            self._cache.clear()
+        return record
+
+    def forget(self, key_digest: str) -> None:
+        """Drop a cached record at once (this replica revoked or rotated the key)."""
+        self._cache.pop(key_digest, None)
+
+
+def _bootstrap_principal() -> Principal:
+    return Principal(
+        key_id=BOOTSTRAP_KEY_ID,
+        tenant="*",
+        scopes=frozenset(s.value for s in Scope),
+        models=frozenset(),
+        limits=Limits(),
+        all_tenants=True,
+    )
+
+
+class Authenticate:
+    """The pipeline stage: who is calling, may they chat, and may they use this model."""
+
+    def __init__(self, authenticator: Authenticator) -> None:
+        self._authenticator = authenticator
+
+    async def __call__(self, ctx: RequestContext, call_next: Handler) -> AsyncGenerator[Chunk, None]:
+        principal = await self._authenticator.authenticate(ctx.headers)
+        principal.require(Scope.CHAT)
+        if not principal.may_use(ctx.model):
+            # 404, not 403: a key must not learn which models other tenants have.
+            raise ModelNotFound(f"The model '{ctx.model}' does not exist", param="model")
+        ctx.principal = principal
+        async with contextlib.aclosing(call_next(ctx)) as chunks:
+            async for chunk in chunks:
+                yield chunk

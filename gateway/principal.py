@@ -1,0 +1,38 @@
+"""Who is calling: the principal that travels with a request, and the scopes a key can hold."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from gateway.errors import PermissionDenied
+from gateway.store.base import Limits
+
+
+class Scope(StrEnum):
+    CHAT = "chat"  # use models
+    ADMIN = "admin"  # manage keys and releases
+    APPROVER = "approver"  # decide tool approvals
+    AUDIT = "audit"  # read the audit log
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who is calling: travels with the request; every tenant-owned lookup checks `tenant`."""
+
+    key_id: str
+    tenant: str
+    scopes: frozenset[str]
+    models: frozenset[str]  # empty: every model
+    limits: Limits
+    all_tenants: bool = False  # only the bootstrap admin
+
+    def require(self, scope: Scope) -> None:
+        if scope.value not in self.scopes:
+            raise PermissionDenied(f"this key lacks the '{scope.value}' scope")
+
+    def may_use(self, model: str) -> bool:
+        return not self.models or model in self.models
+
+    def sees_tenant(self, tenant: str) -> bool:
+        return self.all_tenants or tenant == self.tenant

@@ -1,0 +1,182 @@
+"""Quotas: reserve before the call, settle with real usage after it.
+
+Every request takes, in one atomic store call for the key and its tenant at once, one request
+of the RPM window, an estimate of its tokens (prompt estimate + max_tokens) from the TPM window
+and the daily budget, and a concurrency lease. When the stream ends - finished, failed or
+abandoned by the client - the reservation is replaced by the real usage and the lease freed.
+Settling runs as its own task, so a cancelled request still settles.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from gateway.backends.base import Chunk
+from gateway.errors import InsufficientQuota, RateLimited, StoreUnavailable
+from gateway.pipeline import Handler, RequestContext
+from gateway.settings import FailMode, QuotaSettings
+from gateway.store.base import AdmitRequest, AdmitResult, Limits, QuotaScope, Reservation, ScopeUsage, Store
+
+log = logging.getLogger(__name__)
+
+
+def estimate_prompt_tokens(body: dict[str, Any]) -> int:
+    # ~4 characters per token is the usual rule of thumb; it only needs to be in the right
+    # range, since the reservation is reconciled with the upstream's real usage.
+    size = len(orjson.dumps(body.get("messages", ()))) + len(orjson.dumps(body.get("tools", ())))
+    return size // 4 + 1
+
+
+def rate_limit_headers(usage: dict[str, ScopeUsage], scopes: tuple[QuotaScope, ...]) -> dict[str, str]:
+    """OpenAI's x-ratelimit-* headers, from the most constrained scope of each kind."""
+    return {**_headers_for("requests", "rpm", usage, scopes), **_headers_for("tokens", "tpm", usage, scopes)}
+
+
+def _headers_for(
+    kind: str, limit_name: str, usage: dict[str, ScopeUsage], scopes: tuple[QuotaScope, ...]
+) -> dict[str, str]:
+    tightest: tuple[int, int, float] | None = None
+    for scope in scopes:
+        limit: int | None = getattr(scope.limits, limit_name)
+        scope_usage = usage.get(scope.name)
+        remaining: int | None = getattr(scope_usage, f"{kind}_remaining", None)
+        if limit is None or scope_usage is None or remaining is None:
+            continue
+        if tightest is None or remaining < tightest[1]:
+            tightest = (limit, remaining, getattr(scope_usage, f"{kind}_reset_s"))
+    if tightest is None:
+        return {}
+    limit, remaining, reset_s = tightest
+    return {
+        f"x-ratelimit-limit-{kind}": str(limit),
+        f"x-ratelimit-remaining-{kind}": str(remaining),
+        f"x-ratelimit-reset-{kind}": f"{reset_s:g}s",
+    }
+
+
+@dataclass(slots=True)
+class _Held:
+    tenant: str
+    scopes: tuple[QuotaScope, ...]
+    reservation: Reservation
+    renewed_at: float
+
+
+class Admit:
+    """The quota stage of the pipeline."""
+
+    def __init__(self, store: Store, settings: QuotaSettings) -> None:
+        self._store = store
+        self._settings = settings
+        self._tenant_limits = {name: Limits(**lim.model_dump()) for name, lim in settings.tenants.items()}
+        self._settling: set[asyncio.Task[None]] = set()
+        self.fail_open_count = 0
+
+    def scopes_for(self, ctx: RequestContext) -> tuple[QuotaScope, ...]:
+        assert ctx.principal is not None
+        scopes = [QuotaScope(f"key:{ctx.principal.key_id}", ctx.principal.limits)]
+        tenant_limits = self._tenant_limits.get(ctx.principal.tenant)
+        if tenant_limits is not None:
+            scopes.append(QuotaScope("tenant", tenant_limits))
+        return tuple(s for s in scopes if s.limits != Limits())
+
+    async def __call__(self, ctx: RequestContext, call_next: Handler) -> AsyncGenerator[Chunk, None]:
+        scopes = self.scopes_for(ctx)
+        held = await self._reserve(ctx, scopes) if scopes else None
+        completion_tokens = 0
+        try:
+            async with contextlib.aclosing(call_next(ctx)) as chunks:
+                async for chunk in chunks:
+                    if chunk.content or chunk.tool_calls:
+                        completion_tokens += 1
+                    if held is not None:
+                        self._renew_if_due(held)
+                    yield chunk
+        finally:
+            if held is not None:
+                used = ctx.usage.total_tokens or ctx.estimated_prompt_tokens + completion_tokens
+                self._spawn(self._store.settle(held.tenant, held.scopes, held.reservation, used))
+
+    async def _reserve(self, ctx: RequestContext, scopes: tuple[QuotaScope, ...]) -> _Held | None:
+        assert ctx.principal is not None
+        ctx.estimated_prompt_tokens = estimate_prompt_tokens(ctx.body)
+        max_tokens = ctx.body.get("max_completion_tokens") or ctx.body.get("max_tokens")
+        tokens = ctx.estimated_prompt_tokens + int(max_tokens or self._settings.default_max_tokens)
+        request = AdmitRequest(
+            tenant=ctx.principal.tenant,
+            scopes=scopes,
+            lease_id=uuid.uuid4().hex,
+            tokens=tokens,
+            lease_ttl_s=self._settings.lease_ttl_s,
+        )
+        try:
+            result = await self._store.admit(request)
+        except StoreUnavailable:
+            if self._settings.on_store_error is FailMode.CLOSED:
+                raise
+            self.fail_open_count += 1
+            ctx.quota_note = "fail_open: store unavailable, request not metered"
+            return None
+        ctx.response_headers.update(rate_limit_headers(result.usage, scopes))
+        if not result.admitted:
+            raise _denied(result, ctx.response_headers)
+        assert result.reservation is not None
+        return _Held(ctx.principal.tenant, scopes, result.reservation, time.monotonic())
+
+    def _renew_if_due(self, held: _Held) -> None:
+        now = time.monotonic()
+        if now - held.renewed_at >= self._settings.lease_ttl_s / 3:
+            held.renewed_at = now
+            self._spawn(
+                self._store.renew_lease(
+                    held.tenant, held.scopes, held.reservation.lease_id, self._settings.lease_ttl_s
+                )
+            )
+
+    def _spawn(self, work: Any) -> None:
+        task = asyncio.get_running_loop().create_task(self._quietly(work))
+        self._settling.add(task)
+        task.add_done_callback(self._settling.discard)
+
+    async def _quietly(self, work: Any) -> None:
+        try:
+            await work
+        except StoreUnavailable as error:
+            # The lease expires by itself and the window moves on; the cost is a reservation
+            # counted at its estimate instead of its real size.
+            log.warning("could not settle a quota reservation: %s", error)
+
+    async def drain(self) -> None:
+        """Wait for pending settlements (graceful shutdown)."""
+        if self._settling:
+            await asyncio.gather(*self._settling, return_exceptions=True)
+
+
+def _denied(result: AdmitResult, headers: dict[str, str]) -> RateLimited:
+    limit, scope = result.denied_limit, result.denied_scope
+    who = "tenant" if scope == "tenant" else "API key"
+    if limit == "daily_tokens":
+        error: RateLimited = InsufficientQuota(
+            f"The {who}'s daily token budget is spent", retry_after_s=result.retry_after_s
+        )
+    else:
+        names = {
+            "rpm": "requests per minute",
+            "tpm": "tokens per minute",
+            "max_concurrency": "concurrent requests",
+        }
+        error = RateLimited(
+            f"Rate limit reached for {who}: {names.get(limit or '', limit)}",
+            retry_after_s=result.retry_after_s,
+        )
+    error.extra_headers = dict(headers)
+    return error

@@ -1,0 +1,174 @@
+"""The storage seam: everything the gateway keeps outside one request lives behind `Store`.
+
+Two implementations honour one contract (tests/store/test_contract.py runs against both):
+`EmbeddedStore` (SQLite file + in-process counters; one replica, nothing else to run) and
+`RedisStore` (several replicas; every multi-key operation is one Lua script on one hash slot).
+
+The store owns the clock for quota windows, so that replicas with skewed clocks still share
+exact windows. Failures to reach the backing service raise `StoreUnavailable`; nothing else
+escapes an implementation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+WINDOW_S = 60  # RPM and TPM are counted over a sliding window of this many one-second buckets
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """None means unlimited."""
+
+    rpm: int | None = None
+    tpm: int | None = None
+    max_concurrency: int | None = None
+    daily_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRecord:
+    """An API key as stored: never the secret, only its SHA-256 digest."""
+
+    id: str
+    name: str
+    tenant: str
+    digest: str
+    prefix: str  # the first characters of the secret, to recognise a key in listings
+    scopes: tuple[str, ...]
+    models: tuple[str, ...]  # empty: every model
+    limits: Limits
+    created_at: float
+    expires_at: float | None = None
+    revoked_at: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> KeyRecord:
+        return cls(
+            **{
+                **raw,
+                "scopes": tuple(raw["scopes"]),
+                "models": tuple(raw["models"]),
+                "limits": Limits(**raw["limits"]),
+            }
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaScope:
+    """One set of counters: `"key:<id>"` or `"tenant"` (the tenant's own counters)."""
+
+    name: str
+    limits: Limits
+
+
+@dataclass(frozen=True, slots=True)
+class AdmitRequest:
+    tenant: str
+    scopes: tuple[QuotaScope, ...]
+    lease_id: str
+    tokens: int  # reserved now, reconciled by `settle`
+    lease_ttl_s: float  # a concurrency slot not renewed within this is freed (dead replica)
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """What `admit` took, and when by the store's clock; `settle` needs it back."""
+
+    lease_id: str
+    tokens: int
+    second: int  # the TPM bucket the tokens were counted in
+    day: int  # the daily-budget counter they were counted in (days since the epoch, UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeUsage:
+    """Counters of one scope after the decision, for `x-ratelimit-*` headers."""
+
+    requests_remaining: int | None = None
+    requests_reset_s: float = 0.0
+    tokens_remaining: int | None = None
+    tokens_reset_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class AdmitResult:
+    admitted: bool
+    reservation: Reservation | None = None
+    denied_scope: str | None = None
+    denied_limit: str | None = None  # "rpm" | "tpm" | "max_concurrency" | "daily_tokens"
+    retry_after_s: float = 0.0
+    usage: dict[str, ScopeUsage] = field(default_factory=dict)  # by scope name
+
+
+@dataclass(frozen=True, slots=True)
+class AuditHead:
+    """The end of the audit chain: the last record's sequence number and hash (0 and "" when empty)."""
+
+    seq: int
+    hash: str
+
+
+class Store(Protocol):
+    # --- API keys -------------------------------------------------------------------------
+    async def put_key(self, record: KeyRecord) -> None:
+        """Insert or replace a key record (and its digest index)."""
+        ...
+
+    async def get_key(self, key_id: str) -> KeyRecord | None: ...
+
+    async def find_key(self, digest: str) -> KeyRecord | None:
+        """The key whose secret hashes to `digest`."""
+        ...
+
+    async def list_keys(self, tenant: str | None) -> list[KeyRecord]:
+        """Keys of one tenant, or of every tenant when `tenant` is None; sorted by creation."""
+        ...
+
+    # --- quotas ---------------------------------------------------------------------------
+    async def admit(self, request: AdmitRequest) -> AdmitResult:
+        """Check and take, atomically and for every scope at once: one request of the RPM
+        window, `tokens` of the TPM window and of the daily budget, one concurrency lease.
+        Either everything is taken or nothing is."""
+        ...
+
+    async def settle(self, tenant: str, scopes: tuple[QuotaScope, ...], reservation: Reservation, used_tokens: int) -> None:
+        """Free the concurrency lease and replace the reserved tokens with `used_tokens`."""
+        ...
+
+    async def renew_lease(self, tenant: str, scopes: tuple[QuotaScope, ...], lease_id: str, ttl_s: float) -> None:
+        """Keep a long request's concurrency lease alive."""
+        ...
+
+    # --- audit chain ----------------------------------------------------------------------
+    async def audit_head(self) -> AuditHead: ...
+
+    async def audit_append(self, expected: AuditHead, records: list[dict[str, Any]]) -> bool:
+        """Append already-chained records if the chain still ends at `expected`; else append
+        nothing and return False (another writer got there first: re-chain and retry).
+        Record i must carry `seq == expected.seq + 1 + i`."""
+        ...
+
+    async def audit_range(self, first_seq: int, limit: int) -> list[dict[str, Any]]:
+        """Records with seq >= first_seq, in chain order, at most `limit`."""
+        ...
+
+    async def audit_trim(self, before_seq: int, anchor: AuditHead) -> None:
+        """Drop records with seq < before_seq (they have been archived); remember `anchor`, the
+        last dropped record, so the rest of the chain still verifies."""
+        ...
+
+    async def audit_anchor(self) -> AuditHead:
+        """The last record trimmed away (0 and "" if none): where verification starts."""
+        ...
+
+    # --- lifecycle ------------------------------------------------------------------------
+    async def ping(self) -> None:
+        """Raise StoreUnavailable if the backing service cannot be reached."""
+        ...
+
+    async def aclose(self) -> None: ...

@@ -1,0 +1,91 @@
+"""The default store for one replica with nothing else to run.
+
+Key records and the audit chain live in `<path>/gateway.db` (SQLite, shared safely with CLI
+processes using the same file); quota counters live in this process's memory, which is exact
+for one replica and is lost on restart (windows are at most a day long).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from gateway.errors import StoreUnavailable
+from gateway.settings import EmbeddedStoreSettings
+from gateway.store.audit_batch import check_batch
+from gateway.store.base import AdmitRequest, AdmitResult, AuditHead, KeyRecord, QuotaScope, Reservation
+from gateway.store.memory_quota import MemoryQuotas
+from gateway.store.sqlite_db import SqliteDb
+
+T = TypeVar("T")
+
+DB_FILE = "gateway.db"
+
+
+class EmbeddedStore:
+    def __init__(self, settings: EmbeddedStoreSettings, *, clock: Callable[[], float] = time.time) -> None:
+        """`clock` (unix seconds) drives the quota windows; tests move it."""
+        self.path = settings.path / DB_FILE
+        self._db = SqliteDb(self.path)
+        self._quotas = MemoryQuotas(clock)
+
+    async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        # A worker thread, so the event loop never waits on the disk or on another process's lock.
+        try:
+            return await asyncio.to_thread(self._db.run, work)
+        except (sqlite3.Error, OSError) as error:
+            raise StoreUnavailable(f"the store file {self.path} cannot be used: {error}") from error
+
+    # --- API keys -------------------------------------------------------------------------
+    async def put_key(self, record: KeyRecord) -> None:
+        await self._run(lambda db: SqliteDb.put_key(db, record))
+
+    async def get_key(self, key_id: str) -> KeyRecord | None:
+        return await self._run(lambda db: SqliteDb.get_key(db, key_id))
+
+    async def find_key(self, digest: str) -> KeyRecord | None:
+        return await self._run(lambda db: SqliteDb.find_key(db, digest))
+
+    async def list_keys(self, tenant: str | None) -> list[KeyRecord]:
+        return await self._run(lambda db: SqliteDb.list_keys(db, tenant))
+
+    # --- quotas ---------------------------------------------------------------------------
+    async def admit(self, request: AdmitRequest) -> AdmitResult:
+        return self._quotas.admit(request)
+
+    async def settle(
+        self, tenant: str, scopes: tuple[QuotaScope, ...], reservation: Reservation, used_tokens: int
+    ) -> None:
+        self._quotas.settle(tenant, scopes, reservation, used_tokens)
+
+    async def renew_lease(self, tenant: str, scopes: tuple[QuotaScope, ...], lease_id: str, ttl_s: float) -> None:
+        self._quotas.renew_lease(tenant, scopes, lease_id, ttl_s)
+
+    # --- audit chain ----------------------------------------------------------------------
+    async def audit_head(self) -> AuditHead:
+        return await self._run(lambda db: SqliteDb.audit_mark(db, "head"))
+
+    async def audit_append(self, expected: AuditHead, records: list[dict[str, Any]]) -> bool:
+        check_batch(expected, records)
+        return await self._run(lambda db: SqliteDb.audit_append(db, expected, records))
+
+    async def audit_range(self, first_seq: int, limit: int) -> list[dict[str, Any]]:
+        if limit <= 0:
+            return []
+        return await self._run(lambda db: SqliteDb.audit_range(db, first_seq, limit))
+
+    async def audit_trim(self, before_seq: int, anchor: AuditHead) -> None:
+        await self._run(lambda db: SqliteDb.audit_trim(db, before_seq, anchor))
+
+    async def audit_anchor(self) -> AuditHead:
+        return await self._run(lambda db: SqliteDb.audit_mark(db, "anchor"))
+
+    # --- lifecycle ------------------------------------------------------------------------
+    async def ping(self) -> None:
+        await self._run(lambda db: db.execute("SELECT 1").fetchone())
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self._db.close)

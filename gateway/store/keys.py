@@ -1,0 +1,92 @@
+"""Every Redis key name and time-to-live the Redis store uses.
+
+Names carry Redis Cluster hash tags so that each Lua script touches a single slot:
+
+    <prefix>:{t:<tenant>}:requests:<scope>   hash  unix second -> requests admitted in it
+    <prefix>:{t:<tenant>}:tokens:<scope>     hash  unix second -> tokens counted in it
+    <prefix>:{t:<tenant>}:daily:<scope>      hash  UTC day number -> tokens counted that day
+    <prefix>:{t:<tenant>}:leases:<scope>     zset  lease id scored by its expiry (unix time)
+    <prefix>:{keys}:records                  hash  key id -> KeyRecord JSON
+    <prefix>:{keys}:digests                  hash  secret digest -> key id
+    <prefix>:{keys}:tenant:<tenant>          set   ids of the tenant's keys (may hold stale ids
+                                                   of keys moved to another tenant: readers filter)
+    <prefix>:{audit}:stream                  stream one entry per record, id "<seq>-0", field r
+    <prefix>:{audit}:head                    hash  seq, hash of the last appended record
+    <prefix>:{audit}:anchor                  hash  seq, hash of the last trimmed record
+
+A tenant's quota keys share the tag `t:<tenant>`, so one admit for a key and its tenant is one
+script on one slot. The tenant is percent-encoded: a `}` or `:` in its name could otherwise end
+the tag early or make two (tenant, scope) pairs spell the same key. The scope name comes last,
+after a fixed word, so it needs no encoding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import quote
+
+from gateway.store.base import WINDOW_S
+
+# Buckets older than the window are never read again; the margin covers clock rounding.
+WINDOW_TTL_S = WINDOW_S + 5
+# Today's counter is needed until midnight, yesterday's only to settle requests spanning it.
+DAILY_TTL_S = 2 * 86_400
+# A lease set outlives its longest lease by this; renewing or taking a lease extends it.
+LEASE_TTL_MARGIN_S = 5
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeKeys:
+    requests: str
+    tokens: str
+    daily: str
+    leases: str
+
+
+def _tenant_tag(prefix: str, tenant: str) -> str:
+    return f"{prefix}:{{t:{quote(tenant, safe='')}}}"
+
+
+def scope_keys(prefix: str, tenant: str, scope: str) -> ScopeKeys:
+    base = _tenant_tag(prefix, tenant)
+    return ScopeKeys(
+        requests=f"{base}:requests:{scope}",
+        tokens=f"{base}:tokens:{scope}",
+        daily=f"{base}:daily:{scope}",
+        leases=f"{base}:leases:{scope}",
+    )
+
+
+def key_records(prefix: str) -> str:
+    return f"{prefix}:{{keys}}:records"
+
+
+def key_digests(prefix: str) -> str:
+    return f"{prefix}:{{keys}}:digests"
+
+
+def tenant_key_ids(prefix: str, tenant: str) -> str:
+    return f"{prefix}:{{keys}}:tenant:{tenant}"
+
+
+def audit_stream(prefix: str) -> str:
+    return f"{prefix}:{{audit}}:stream"
+
+
+def audit_head(prefix: str) -> str:
+    return f"{prefix}:{{audit}}:head"
+
+
+def audit_anchor(prefix: str) -> str:
+    return f"{prefix}:{{audit}}:anchor"
+
+
+def stream_id(seq: int) -> str:
+    """The stream entry id of audit record `seq`: explicit, so XRANGE can start at a seq."""
+    return f"{seq}-0"
+
+
+def all_keys_pattern(prefix: str) -> str:
+    """A SCAN pattern matching every key of this prefix (for tests and maintenance)."""
+    escaped = "".join(f"\\{c}" if c in "*?[]\\" else c for c in prefix)
+    return f"{escaped}:*"

@@ -1,0 +1,171 @@
+"""Key records and the audit chain in one SQLite file: the embedded store's durable half.
+
+Every method here blocks on disk; EmbeddedStore runs them in a worker thread. One connection
+serves the process, guarded by a lock (sqlite3 connections are not safe to share unguarded).
+Other processes (the CLI beside a running server) open the same file: WAL mode lets them read
+while one writes, and the busy timeout makes a writer wait for another instead of failing.
+Autocommit mode means every read sees what other processes have committed.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import orjson
+
+from gateway.store.audit_batch import canonical
+from gateway.store.base import AuditHead, KeyRecord
+
+T = TypeVar("T")
+
+_BUSY_TIMEOUT_S = 5.0
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS api_keys (
+    id TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    record BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS api_keys_digest ON api_keys (digest);
+CREATE INDEX IF NOT EXISTS api_keys_tenant ON api_keys (tenant, created_at);
+CREATE TABLE IF NOT EXISTS audit_records (
+    seq INTEGER PRIMARY KEY,
+    record BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS audit_marks (  -- 'head' and 'anchor'
+    name TEXT PRIMARY KEY,
+    seq INTEGER NOT NULL,
+    hash TEXT NOT NULL
+);
+"""
+
+
+def _record(raw: bytes | str) -> KeyRecord:
+    return KeyRecord.from_dict(orjson.loads(raw))
+
+
+class SqliteDb:
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._lock = threading.Lock()
+        self._connection: sqlite3.Connection | None = None
+        self._closed = False
+
+    def _connect(self) -> sqlite3.Connection:
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        connection = sqlite3.connect(
+            self._path, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+        )
+        try:
+            connection.execute("PRAGMA journal_mode=WAL")
+            connection.executescript(_SCHEMA)
+        except BaseException:
+            connection.close()
+            raise
+        return connection
+
+    def run(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """Run `work` on the connection (opened on first use), one caller at a time."""
+        with self._lock:
+            if self._closed:
+                raise sqlite3.ProgrammingError("the store is closed")
+            if self._connection is None:
+                self._connection = self._connect()
+            return work(self._connection)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None
+
+    # --- API keys -------------------------------------------------------------------------
+    @staticmethod
+    def put_key(db: sqlite3.Connection, record: KeyRecord) -> None:
+        # One row per id: replacing it replaces its digest, so an old secret stops resolving.
+        db.execute(
+            "INSERT OR REPLACE INTO api_keys (id, tenant, digest, created_at, record) VALUES (?, ?, ?, ?, ?)",
+            (record.id, record.tenant, record.digest, record.created_at, orjson.dumps(record.to_dict())),
+        )
+
+    @staticmethod
+    def get_key(db: sqlite3.Connection, key_id: str) -> KeyRecord | None:
+        row = db.execute("SELECT record FROM api_keys WHERE id = ?", (key_id,)).fetchone()
+        return None if row is None else _record(row[0])
+
+    @staticmethod
+    def find_key(db: sqlite3.Connection, digest: str) -> KeyRecord | None:
+        row = db.execute("SELECT record FROM api_keys WHERE digest = ?", (digest,)).fetchone()
+        return None if row is None else _record(row[0])
+
+    @staticmethod
+    def list_keys(db: sqlite3.Connection, tenant: str | None) -> list[KeyRecord]:
+        if tenant is None:
+            rows = db.execute("SELECT record FROM api_keys ORDER BY created_at, id").fetchall()
+        else:
+            query = "SELECT record FROM api_keys WHERE tenant = ? ORDER BY created_at, id"
+            rows = db.execute(query, (tenant,)).fetchall()
+        return [_record(row[0]) for row in rows]
+
+    # --- audit chain ----------------------------------------------------------------------
+    @staticmethod
+    def audit_mark(db: sqlite3.Connection, name: str) -> AuditHead:
+        row = db.execute("SELECT seq, hash FROM audit_marks WHERE name = ?", (name,)).fetchone()
+        return AuditHead(0, "") if row is None else AuditHead(int(row[0]), str(row[1]))
+
+    @staticmethod
+    def audit_append(db: sqlite3.Connection, expected: AuditHead, records: list[dict[str, Any]]) -> bool:
+        # IMMEDIATE takes the write lock before reading the head, so two processes appending
+        # to one chain are serialized: the second sees the first's head and is refused.
+        with _transaction(db, "BEGIN IMMEDIATE"):
+            if SqliteDb.audit_mark(db, "head") != expected:
+                return False
+            if not records:
+                return True
+            db.executemany(
+                "INSERT INTO audit_records (seq, record) VALUES (?, ?)",
+                [(r["seq"], canonical(r)) for r in records],
+            )
+            _set_mark(db, "head", AuditHead(records[-1]["seq"], records[-1]["hash"]))
+        return True
+
+    @staticmethod
+    def audit_range(db: sqlite3.Connection, first_seq: int, limit: int) -> list[dict[str, Any]]:
+        rows = db.execute(
+            "SELECT record FROM audit_records WHERE seq >= ? ORDER BY seq LIMIT ?", (first_seq, limit)
+        ).fetchall()
+        return [orjson.loads(row[0]) for row in rows]
+
+    @staticmethod
+    def audit_trim(db: sqlite3.Connection, before_seq: int, anchor: AuditHead) -> None:
+        with _transaction(db, "BEGIN IMMEDIATE"):
+            db.execute("DELETE FROM audit_records WHERE seq < ?", (before_seq,))
+            _set_mark(db, "anchor", anchor)
+
+
+def _set_mark(db: sqlite3.Connection, name: str, mark: AuditHead) -> None:
+    db.execute(
+        "INSERT INTO audit_marks (name, seq, hash) VALUES (?, ?, ?) "
+        "ON CONFLICT (name) DO UPDATE SET seq = excluded.seq, hash = excluded.hash",
+        (name, mark.seq, mark.hash),
+    )
+
+
+@contextmanager
+def _transaction(db: sqlite3.Connection, begin: str = "BEGIN") -> Iterator[None]:
+    db.execute(begin)
+    try:
+        yield
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
