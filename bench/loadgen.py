@@ -42,9 +42,9 @@ class Spec:
     expect_text: bytes  # text a correct non-streaming body contains
 
 
-def render_request(host: str, port: int, path: str, body: bytes) -> bytes:
+def render_request(host: str, port: int, path: str, api_key: str, body: bytes) -> bytes:
     head = (
-        f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer sk-bench\r\n"
+        f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {api_key}\r\n"
         f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
     )
     return head.encode() + body
@@ -167,9 +167,7 @@ class Pool:
     async def open(cls, spec: Spec, concurrency: int, timeout_s: float = 30.0) -> AsyncIterator[Pool]:
         # Connections are opened before any window, so connecting is never part of a measurement.
         async with asyncio.timeout(timeout_s):
-            clients = list(
-                await asyncio.gather(*(_connect(spec.host, spec.port) for _ in range(concurrency)))
-            )
+            clients = list(await asyncio.gather(*(_connect(spec.host, spec.port) for _ in range(concurrency))))
         try:
             yield cls(spec, clients, timeout_s)
         finally:

@@ -19,6 +19,7 @@ import dataclasses
 import datetime
 import os
 import platform
+import secrets
 import shlex
 import sys
 import tempfile
@@ -35,8 +36,11 @@ from runner import Figures, Limits, PathUnderTest, Scenario, run_rounds
 from services import (
     BENCH_DIR,
     DEFAULT_LITELLM_PYTHON,
+    REPO_DIR,
     LiteLLMCheck,
     check_litellm,
+    issue_gateway_key,
+    new_gateway_secret,
     start_gateway,
     start_litellm,
     start_upstream,
@@ -55,12 +59,11 @@ class Options:
     litellm_python: Path | None
     no_litellm: bool
     out_dir: Path
+    gateway_dir: Path
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add = parser.add_argument
     add("--quick", action="store_true", help="small counts: a smoke run of well under a minute")
     add("--rounds", type=int, help="rounds; the report takes the median (default 3, quick 2)")
@@ -73,6 +76,7 @@ def _parser() -> argparse.ArgumentParser:
     add("--litellm-python", type=Path, default=default_python, help=f"default {DEFAULT_LITELLM_PYTHON}")
     add("--no-litellm", action="store_true", help="measure direct and gateway only")
     add("--out-dir", type=Path, default=BENCH_DIR / "results", help="where the JSON goes")
+    add("--gateway-dir", type=Path, default=REPO_DIR, help="run the gateway package found here (A/B a change)")
     return parser
 
 
@@ -91,6 +95,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
         litellm_python=args.litellm_python,
         no_litellm=bool(args.no_litellm),
         out_dir=args.out_dir,
+        gateway_dir=args.gateway_dir.resolve(),
     )
     if min(options.rounds, options.requests, options.requests_c1, options.concurrency, options.chunks) < 1:
         parser.error("counts must be at least 1")
@@ -109,9 +114,7 @@ def scenarios(options: Options) -> list[Scenario]:
 
 def limits(options: Options) -> Limits:
     warmup = 20 if options.quick else 100
-    return Limits(
-        time_cap_s=options.time_cap_s, warmup_requests=warmup, warmup_cap_s=3.0, chunks=options.chunks
-    )
+    return Limits(time_cap_s=options.time_cap_s, warmup_requests=warmup, warmup_cap_s=3.0, chunks=options.chunks)
 
 
 @contextlib.contextmanager
@@ -123,13 +126,13 @@ def running(service: Service) -> Iterator[Service]:
 
 
 def _start_litellm_or_none(
-    workdir: Path, check: LiteLLMCheck, upstream: Service
+    workdir: Path, check: LiteLLMCheck, upstream: Service, master_key: str
 ) -> tuple[Service | None, str]:
     if check.python is None:
         return None, check.reason
     print(f"starting LiteLLM {check.version} from {check.python} ...", file=sys.stderr, flush=True)
     try:
-        return start_litellm(workdir, check.python, upstream.url), ""
+        return start_litellm(workdir, check.python, upstream.url, master_key), ""
     except StartError as exc:
         return None, f"LiteLLM did not start: {exc}"
 
@@ -159,11 +162,18 @@ def measure(options: Options, check: LiteLLMCheck) -> Outcome:
     with tempfile.TemporaryDirectory(prefix="overhead-") as tmp, contextlib.ExitStack() as stack:
         workdir = Path(tmp)
         upstream = stack.enter_context(running(start_upstream(workdir, options.chunks)))
-        gateway = stack.enter_context(running(start_gateway(workdir, upstream.url)))
-        paths = [PathUnderTest("direct", upstream.url, None), PathUnderTest("gateway", gateway.url, gateway)]
-        litellm, reason = _start_litellm_or_none(workdir, check, upstream)
+        admin_key = new_gateway_secret()
+        gateway = stack.enter_context(running(start_gateway(workdir, upstream.url, options.gateway_dir, admin_key)))
+        gateway_key = issue_gateway_key(gateway.url, admin_key)
+        paths = [
+            PathUnderTest("direct", upstream.url, None),
+            PathUnderTest("gateway", gateway.url, gateway, gateway_key),
+        ]
+        master_key = "sk-bench-" + secrets.token_hex(16)
+        litellm, reason = _start_litellm_or_none(workdir, check, upstream, master_key)
         if litellm is not None:
-            paths.append(PathUnderTest("litellm", stack.enter_context(running(litellm)).url, litellm))
+            stack.enter_context(running(litellm))
+            paths.append(PathUnderTest("litellm", litellm.url, litellm, master_key))
         else:
             print(f"LiteLLM not measured: {reason}", file=sys.stderr, flush=True)
         figures = uvloop.run(run_rounds(options.rounds, scenarios(options), paths, upstream, limits(options)))
@@ -184,7 +194,7 @@ def print_report(options: Options, outcome: Outcome, check: LiteLLMCheck, took_s
     if outcome.litellm_reason:
         print(f"\nLiteLLM was not measured: {outcome.litellm_reason}")
     else:
-        print(f"\nLiteLLM {check.version} (proxy, 1 worker, no master key, telemetry and spend logs off).")
+        print(f"\nLiteLLM {check.version} (proxy, 1 worker, master key, no database, telemetry and spend logs off).")
     info = machine()
     load = info["load_average"][0]
     print(f"Machine: {info['cpus']} CPUs, Python {info['python']}, load average {load:.2f} at the end.")

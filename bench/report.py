@@ -95,9 +95,7 @@ def _quotient(top: float | None, bottom: float | None) -> float | None:
     return top / bottom if top is not None and bottom else None
 
 
-def _ratio(
-    name: str, value: float | None, at_most: float | None = None, at_least: float | None = None
-) -> Ratio:
+def _ratio(name: str, value: float | None, at_most: float | None = None, at_least: float | None = None) -> Ratio:
     if at_most is not None:
         return Ratio(name, value, f"<= {at_most:g}", None if value is None else value <= at_most)
     assert at_least is not None

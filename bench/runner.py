@@ -33,6 +33,7 @@ class PathUnderTest:
     name: str  # direct, gateway or litellm
     url: str  # base URL, without /v1
     proxy: Service | None  # the process between the client and the upstream; None for direct
+    api_key: str = "sk-bench"  # the upstream takes any
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,8 @@ def _body(model: str, stream: bool) -> bytes:
 def make_spec(path: PathUnderTest, scenario: Scenario, chunks: int) -> Spec:
     parts = urlsplit(path.url)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
-    request = render_request(host, port, "/v1/chat/completions", _body("fast", scenario.stream))
+    body = _body("fast", scenario.stream)
+    request = render_request(host, port, "/v1/chat/completions", path.api_key, body)
     return Spec(host, port, request, scenario.stream, chunks, (TOKEN * chunks).encode())
 
 

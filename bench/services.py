@@ -4,11 +4,16 @@ proxy (one worker, from its own virtualenv so it never changes the main environm
 
 from __future__ import annotations
 
+import base64
+import secrets
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+import orjson
 from procs import Service, StartError, free_port, start_announcing, start_polled
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -27,11 +32,19 @@ LITELLM_ENV = {
 
 def start_upstream(workdir: Path, chunks: int) -> Service:
     argv = [sys.executable, str(BENCH_DIR / "fast_upstream.py"), "--port", "0", "--chunks", str(chunks)]
-    return start_announcing("upstream", argv, workdir / "upstream.log", REPO_DIR, {}, timeout_s=15)
+    return start_announcing("upstream", argv, workdir / "upstream.log", workdir, {}, timeout_s=15)
 
 
-def gateway_config(upstream_url: str) -> str:
+def new_gateway_secret() -> str:
+    # The gateway's key format: `agw_` + 256 random bits, base64url without padding.
+    return "agw_" + base64.urlsafe_b64encode(secrets.token_bytes(32)).rstrip(b"=").decode()
+
+
+def gateway_config(upstream_url: str, data_dir: Path) -> str:
+    # The store goes to the scratch directory: its default, ./data, is relative to the working
+    # directory, and the benchmark must leave nothing behind in the repository.
     return f"""\
+store: {{kind: embedded, path: {data_dir}}}
 routing:
   health: {{interval_s: 60}}
 models:
@@ -44,16 +57,40 @@ models:
 """
 
 
-def start_gateway(workdir: Path, upstream_url: str) -> Service:
+def start_gateway(workdir: Path, upstream_url: str, source_dir: Path, admin_key: str) -> Service:
+    """Run `python -m gateway serve` from `source_dir` (the repository, or another checkout to compare)."""
     config = workdir / "gateway.yaml"
-    config.write_text(gateway_config(upstream_url))
+    config.write_text(gateway_config(upstream_url, workdir / "gateway-data"))
     argv = [sys.executable, "-m", "gateway", "serve", "--config", str(config), "--port", "0"]
-    return start_announcing("gateway", argv, workdir / "gateway.log", REPO_DIR, {}, timeout_s=30)
+    # The bootstrap admin key comes through the environment, which a gateway without auth ignores.
+    env = {"GATEWAY_ADMIN_KEY": admin_key}
+    return start_announcing("gateway", argv, workdir / "gateway.log", source_dir, env, timeout_s=30)
 
 
-def litellm_config(upstream_url: str) -> str:
-    # No master key, so that LiteLLM authenticates nothing, like this gateway today; LiteLLM 1.108
-    # refuses to start that way unless told that it is on purpose.
+def issue_gateway_key(gateway_url: str, admin_key: str) -> str:
+    """A tenant key with the chat scope and no limits, minted through the admin API.
+
+    Requests go through the ordinary key path (store lookup, cached), not the bootstrap admin
+    key's shortcut. A gateway without the admin API accepts any bearer key, so that one is used.
+    """
+    body = orjson.dumps({"name": "bench", "tenant": "bench"})
+    headers = {"Authorization": f"Bearer {admin_key}", "Content-Type": "application/json"}
+    request = urllib.request.Request(f"{gateway_url}/admin/keys", data=body, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            secret = orjson.loads(response.read())["secret"]
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return admin_key
+        raise StartError(f"gateway refused to issue a key: {exc.code} {exc.read()[:300]!r}") from None
+    except (urllib.error.URLError, OSError, KeyError, orjson.JSONDecodeError) as exc:
+        raise StartError(f"could not issue a gateway key: {exc!r}") from None
+    return str(secret)
+
+
+def litellm_config(upstream_url: str, master_key: str) -> str:
+    # A master key, as LiteLLM requires outside local development: every request is
+    # authenticated, as it is by the gateway. Without a database it is the only kind of key.
     return f"""\
 model_list:
   - model_name: fast
@@ -67,13 +104,13 @@ litellm_settings:
 general_settings:
   disable_spend_logs: true
   disable_error_logs: true
-  dangerously_permit_weak_or_unset_master_key: true
+  master_key: {master_key}
 """
 
 
-def start_litellm(workdir: Path, python: Path, upstream_url: str) -> Service:
+def start_litellm(workdir: Path, python: Path, upstream_url: str, master_key: str) -> Service:
     config = workdir / "litellm.yaml"
-    config.write_text(litellm_config(upstream_url))
+    config.write_text(litellm_config(upstream_url, master_key))
     port = free_port()
     argv = [str(python), "-m", "litellm.proxy.proxy_cli", "--config", str(config)]
     argv += ["--host", "127.0.0.1", "--port", str(port), "--num_workers", "1"]
@@ -97,9 +134,7 @@ def check_litellm(python: Path | None, disabled: bool) -> LiteLLMCheck:
         return LiteLLMCheck(None, None, f"no python for LiteLLM at {python} (see --litellm-python)")
     probe = "import importlib.metadata as m; print(m.version('litellm'))"
     try:
-        result = subprocess.run(
-            [str(python), "-c", probe], capture_output=True, text=True, timeout=60, check=False
-        )
+        result = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, timeout=60, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return LiteLLMCheck(None, None, f"{python} did not run: {exc}")
     if result.returncode != 0:

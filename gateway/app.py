@@ -21,6 +21,7 @@ from gateway.http.admin_api import build_admin_router
 from gateway.http.errors import install_error_handlers
 from gateway.http.health import HealthApi
 from gateway.http.openai_api import OpenAIApi
+from gateway.http.requests import ParseRequest
 from gateway.keys import KeyService
 from gateway.pipeline import Call, Meter, ResolveModel, Stage, compose
 from gateway.quota import Admit
@@ -75,6 +76,7 @@ def create_app(settings: Settings) -> FastAPI:
     stages: list[Stage] = [
         AuditRequests(audit, capture=settings.audit.capture),  # outermost: refusals are recorded too
         Authenticate(authenticator),
+        ParseRequest(settings.server.max_body_bytes),
         ResolveModel(model_names),
         quota,
         Meter(),

@@ -48,9 +48,7 @@ def sha256_json(value: Any) -> str:
     return hashlib.sha256(orjson.dumps(value, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
-def request_record(
-    ctx: RequestContext, status: int, error: GatewayError | None, capture: bool
-) -> dict[str, Any]:
+def request_record(ctx: RequestContext, status: int, error: GatewayError | None, capture: bool) -> dict[str, Any]:
     principal = ctx.principal
     completion = "".join(ctx.completion_text)
     record: dict[str, Any] = {

@@ -8,6 +8,7 @@ for `cache_ttl_s` (a revocation reaches every replica within that) and served st
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import hashlib
@@ -17,7 +18,7 @@ import time
 from collections.abc import AsyncGenerator, Callable, Mapping
 
 from gateway.backends.base import Chunk
-from gateway.errors import AuthenticationFailed, ModelNotFound, StoreUnavailable
+from gateway.errors import AuthenticationFailed, StoreUnavailable
 from gateway.pipeline import Handler, RequestContext
 from gateway.principal import Principal, Scope
 from gateway.store.base import KeyRecord, Limits, Store
@@ -78,6 +79,9 @@ class Authenticator:
         self._clock = clock
         self._wall_clock = wall_clock
         self._cache: dict[str, tuple[KeyRecord | None, float]] = {}
+        # One store lookup per digest at a time: a burst of requests with a key this replica has
+        # not cached yet would otherwise send the same query hundreds of times at once.
+        self._inflight: dict[str, asyncio.Future[KeyRecord | None]] = {}
 
     async def authenticate(self, headers: Mapping[str, str]) -> Principal:
         key_digest = digest(bearer_secret(headers))
@@ -98,7 +102,7 @@ class Authenticator:
         if cached is not None and now - cached[1] < self._cache_ttl_s:
             return cached[0]
         try:
-            record = await self._store.find_key(key_digest)
+            record = await self._fetch_once(key_digest)
         except StoreUnavailable:
             if cached is not None and now - cached[1] < self._stale_ttl_s:
                 return cached[0]
@@ -107,6 +111,32 @@ class Authenticator:
         if len(self._cache) > 100_000:  # bound memory under a flood of random keys
             self._cache.clear()
         return record
+
+    async def _fetch_once(self, key_digest: str) -> KeyRecord | None:
+        pending = self._inflight.get(key_digest)
+        if pending is not None:
+            try:
+                return await asyncio.shield(pending)
+            except asyncio.CancelledError:
+                if pending.cancelled():  # the request that was asking went away, not this one
+                    return await self._store.find_key(key_digest)
+                raise
+        future: asyncio.Future[KeyRecord | None] = asyncio.get_running_loop().create_future()
+        self._inflight[key_digest] = future
+        try:
+            record = await self._store.find_key(key_digest)
+        except Exception as error:
+            future.set_exception(error)
+            future.exception()  # marks it retrieved: there may be no waiter to read it
+            raise
+        except BaseException:
+            future.cancel()
+            raise
+        else:
+            future.set_result(record)
+            return record
+        finally:
+            del self._inflight[key_digest]
 
     def forget(self, key_digest: str) -> None:
         """Drop a cached record at once (this replica revoked or rotated the key)."""
@@ -125,7 +155,8 @@ def _bootstrap_principal() -> Principal:
 
 
 class Authenticate:
-    """The pipeline stage: who is calling, may they chat, and may they use this model."""
+    """The pipeline stage: who is calling, and may they chat. It runs before the body is read,
+    so an unauthenticated caller costs a header check and learns nothing about its request."""
 
     def __init__(self, authenticator: Authenticator) -> None:
         self._authenticator = authenticator
@@ -133,9 +164,6 @@ class Authenticate:
     async def __call__(self, ctx: RequestContext, call_next: Handler) -> AsyncGenerator[Chunk, None]:
         principal = await self._authenticator.authenticate(ctx.headers)
         principal.require(Scope.CHAT)
-        if not principal.may_use(ctx.model):
-            # 404, not 403: a key must not learn which models other tenants have.
-            raise ModelNotFound(f"The model '{ctx.model}' does not exist", param="model")
         ctx.principal = principal
         async with contextlib.aclosing(call_next(ctx)) as chunks:
             async for chunk in chunks:

@@ -67,9 +67,7 @@ class KeyService:
         if unknown:
             raise InvalidRequest(f"unknown scopes: {', '.join(unknown)}", param="scopes")
         if not new.name or not new.tenant:
-            raise InvalidRequest(
-                "a key needs a name and a tenant", param="name" if not new.name else "tenant"
-            )
+            raise InvalidRequest("a key needs a name and a tenant", param="name" if not new.name else "tenant")
         secret = new_secret()
         record = KeyRecord(
             id=f"key_{secrets.token_hex(8)}",

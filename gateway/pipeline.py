@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -31,11 +31,12 @@ class RequestContext:
 
     request_id: str
     completion_id: str
-    model: str
-    body: dict[str, Any]
-    stream: bool
-    include_usage: bool
     headers: Mapping[str, str] = field(default_factory=dict)
+    read_body: Callable[[], Awaitable[Any]] | None = None  # the raw body, read by ParseRequest
+    model: str = ""
+    body: dict[str, Any] = field(default_factory=dict)
+    stream: bool = False
+    include_usage: bool = False
     created: int = field(default_factory=lambda: int(time.time()))
     started: float = field(default_factory=time.monotonic)
     route: RouteLog = field(default_factory=RouteLog)
@@ -69,13 +70,17 @@ def _bind(stage: Stage, call_next: Handler) -> Handler:
 
 
 class ResolveModel:
-    """Unknown logical models are a 404 before anything else is spent on them."""
+    """Unknown models, and models this key may not use, are a 404 before anything is spent.
+
+    404 rather than 403 for a model the key may not use: a key must not learn which models
+    other tenants have.
+    """
 
     def __init__(self, models: Sequence[str]) -> None:
         self._models = frozenset(models)
 
     async def __call__(self, ctx: RequestContext, call_next: Handler) -> AsyncGenerator[Chunk, None]:
-        if ctx.model not in self._models:
+        if ctx.model not in self._models or (ctx.principal is not None and not ctx.principal.may_use(ctx.model)):
             raise ModelNotFound(f"The model '{ctx.model}' does not exist", param="model")
         async with contextlib.aclosing(call_next(ctx)) as chunks:
             async for chunk in chunks:

@@ -137,9 +137,7 @@ class Admit:
         if now - held.renewed_at >= self._settings.lease_ttl_s / 3:
             held.renewed_at = now
             self._spawn(
-                self._store.renew_lease(
-                    held.tenant, held.scopes, held.reservation.lease_id, self._settings.lease_ttl_s
-                )
+                self._store.renew_lease(held.tenant, held.scopes, held.reservation.lease_id, self._settings.lease_ttl_s)
             )
 
     def _spawn(self, work: Any) -> None:

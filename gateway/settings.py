@@ -178,19 +178,13 @@ class AuthSettings(Frozen):
     # The bootstrap admin key; GATEWAY_ADMIN_KEY in the environment is used when this is empty.
     admin_key: str = ""
     cache_ttl_s: Seconds = Field(default=1.0, description="revocation reaches every replica within this")
-    stale_ttl_s: Seconds = Field(
-        default=300.0, description="cached keys still accepted while the store is down"
-    )
+    stale_ttl_s: Seconds = Field(default=300.0, description="cached keys still accepted while the store is down")
 
 
 class QuotaSettings(Frozen):
     on_store_error: FailMode = FailMode.OPEN
-    default_max_tokens: int = Field(
-        default=1024, ge=1, description="reserved when a request sets no max_tokens"
-    )
-    lease_ttl_s: Seconds = Field(
-        default=60.0, description="a concurrency slot of a dead replica frees after this"
-    )
+    default_max_tokens: int = Field(default=1024, ge=1, description="reserved when a request sets no max_tokens")
+    lease_ttl_s: Seconds = Field(default=60.0, description="a concurrency slot of a dead replica frees after this")
     tenants: dict[str, LimitSettings] = Field(default_factory=dict)
 
 

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import socket
+import subprocess
+import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,11 +83,14 @@ class Gateway:
 
 
 @contextlib.contextmanager
-def running_gateway(tmp_path: Path, config: dict[str, Any], env: dict[str, str] | None = None) -> Iterator[Gateway]:
+def running_gateway(
+    tmp_path: Path, config: dict[str, Any], env: dict[str, str] | None = None, admin_key: str | None = None
+) -> Iterator[Gateway]:
+    """A gateway process; replicas of one deployment share `admin_key` (and the config's store)."""
     config = {"store": {"kind": "embedded", "path": str(tmp_path / "data")}, **config}
-    path = tmp_path / "gateway.yaml"
+    path = tmp_path / f"gateway-{uuid.uuid4().hex[:8]}.yaml"
     path.write_text(yaml.safe_dump(config))
-    admin_key = new_secret()
+    admin_key = admin_key or new_secret()
     process = start_announcing(
         ["gateway", "serve", "--config", str(path), "--port", "0"],
         env={"GATEWAY_ADMIN_KEY": admin_key, **(env or {})},
@@ -110,3 +117,46 @@ def delete_redis_prefix(prefix: str) -> None:
             client.delete(*keys)
     finally:
         client.close()
+
+
+@dataclass
+class RedisServer:
+    process: subprocess.Popen[bytes]
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(10)
+
+
+def start_redis() -> RedisServer:
+    """A redis-server of the test's own on a free port (the test may kill it)."""
+    import redis
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    client = redis.Redis(host="127.0.0.1", port=port, socket_connect_timeout=0.2, socket_timeout=0.2)
+    try:
+        for _ in range(200):  # a process start: bounded polling until it answers
+            try:
+                client.ping()
+                return RedisServer(process, port)
+            except redis.ConnectionError:
+                if process.poll() is not None:
+                    break
+                time.sleep(0.05)
+    finally:
+        client.close()
+    process.kill()
+    raise RuntimeError(f"redis-server on port {port} did not start")

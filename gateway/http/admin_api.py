@@ -4,8 +4,8 @@ Every endpoint authenticates the caller and checks its scope; a lookup by id of 
 object is a 404.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: FastAPI reads the endpoint annotations at runtime,
+# and `Caller` below is local to build_admin_router.
 import time
 from typing import Annotated, Any
 

@@ -53,9 +53,7 @@ async def _on_validation_error(_: Request, exc: Exception) -> Response:
     param = ".".join(str(p) for p in first["loc"] if p not in ("body", "query", "path"))
     return _json(
         400,
-        error_body(
-            f"Invalid value for '{param}': {first['msg']}", "invalid_request_error", "invalid_value", param
-        ),
+        error_body(f"Invalid value for '{param}': {first['msg']}", "invalid_request_error", "invalid_value", param),
     )
 
 

@@ -8,6 +8,7 @@ an in-band error event followed by `[DONE]`, never a silently truncated 200.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
@@ -21,8 +22,9 @@ from gateway.backends.base import Chunk
 from gateway.errors import GatewayError
 from gateway.http import sse
 from gateway.http.errors import gateway_error_body, gateway_error_response
-from gateway.http.requests import read_json_body, validate_chat_request
+from gateway.http.requests import read_json_body
 from gateway.pipeline import Handler, RequestContext
+from gateway.principal import Scope
 from gateway.wire import ChunkRenderer, Completion, dumps
 
 log = logging.getLogger(__name__)
@@ -46,16 +48,11 @@ class OpenAIApi:
         ]
 
     async def chat_completions(self, request: Request) -> Response:
-        payload = await read_json_body(request, self._max_body_bytes)
-        parsed = validate_chat_request(payload)
         ctx = RequestContext(
             request_id=request.headers.get("x-request-id") or uuid.uuid4().hex,
             completion_id=f"chatcmpl-{uuid.uuid4().hex}",
-            model=parsed.model,
-            body=payload,
-            stream=parsed.stream,
-            include_usage=bool(parsed.stream_options and parsed.stream_options.include_usage),
             headers=request.headers,
+            read_body=functools.partial(read_json_body, request, self._max_body_bytes),
         )
         chunks = self._pipeline(ctx)
         try:
@@ -72,10 +69,13 @@ class OpenAIApi:
             )
         return await _collect(ctx, first, chunks, headers)
 
-    async def list_models(self, _: Request) -> Response:
+    async def list_models(self, request: Request) -> Response:
+        principal = await self._authenticator.authenticate(request.headers)
+        principal.require(Scope.CHAT)
         data = [
             {"id": name, "object": "model", "created": 0, "owned_by": "agent-gateway"}
             for name in self._models
+            if principal.may_use(name)
         ]
         return Response(dumps({"object": "list", "data": data}), media_type="application/json")
 

@@ -6,13 +6,17 @@ parameters we do not know (and future OpenAI ones) pass through untouched.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncGenerator
 from typing import Annotated, Any, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 from starlette.requests import Request
 
+from gateway.backends.base import Chunk
 from gateway.errors import BodyTooLarge, InvalidRequest, UnsupportedParameter
+from gateway.pipeline import Handler, RequestContext
 
 
 class _Lenient(BaseModel):
@@ -90,9 +94,7 @@ def _invalid(exc: ValidationError) -> InvalidRequest:
     error = exc.errors()[0]
     param = _param_path(error["loc"])
     if error["type"] == "missing":
-        return InvalidRequest(
-            f"Missing required parameter: '{param}'", param=param, code="missing_required_parameter"
-        )
+        return InvalidRequest(f"Missing required parameter: '{param}'", param=param, code="missing_required_parameter")
     return InvalidRequest(f"Invalid value for '{param}': {error['msg']}", param=param, code="invalid_value")
 
 
@@ -109,3 +111,22 @@ def _param_path(loc: tuple[int | str, ...]) -> str:
         else:
             path = f"{path}.{part}" if path else part
     return path
+
+
+class ParseRequest:
+    """The pipeline stage that reads and validates the body, after authentication."""
+
+    def __init__(self, max_body_bytes: int) -> None:
+        self._max_body_bytes = max_body_bytes
+
+    async def __call__(self, ctx: RequestContext, call_next: Handler) -> AsyncGenerator[Chunk, None]:
+        assert ctx.read_body is not None
+        payload = await ctx.read_body()
+        parsed = validate_chat_request(payload)
+        ctx.body = payload
+        ctx.model = parsed.model
+        ctx.stream = parsed.stream
+        ctx.include_usage = bool(parsed.stream_options and parsed.stream_options.include_usage)
+        async with contextlib.aclosing(call_next(ctx)) as chunks:
+            async for chunk in chunks:
+                yield chunk

@@ -136,7 +136,9 @@ class Store(Protocol):
         Either everything is taken or nothing is."""
         ...
 
-    async def settle(self, tenant: str, scopes: tuple[QuotaScope, ...], reservation: Reservation, used_tokens: int) -> None:
+    async def settle(
+        self, tenant: str, scopes: tuple[QuotaScope, ...], reservation: Reservation, used_tokens: int
+    ) -> None:
         """Free the concurrency lease and replace the reserved tokens with `used_tokens`."""
         ...
 

@@ -11,6 +11,7 @@ import asyncio
 import sqlite3
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from gateway.errors import StoreUnavailable
@@ -31,11 +32,16 @@ class EmbeddedStore:
         self.path = settings.path / DB_FILE
         self._db = SqliteDb(self.path)
         self._quotas = MemoryQuotas(clock)
+        # Its own thread, so the event loop never waits on the disk or on another process's lock,
+        # and a slow disk cannot use up the loop's default executor.
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embedded-store")
+        self._closed = False
 
     async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        # A worker thread, so the event loop never waits on the disk or on another process's lock.
+        if self._closed:
+            raise StoreUnavailable(f"the store {self.path} is closed")
         try:
-            return await asyncio.to_thread(self._db.run, work)
+            return await asyncio.get_running_loop().run_in_executor(self._thread, self._db.run, work)
         except (sqlite3.Error, OSError) as error:
             raise StoreUnavailable(f"the store file {self.path} cannot be used: {error}") from error
 
@@ -88,4 +94,9 @@ class EmbeddedStore:
         await self._run(lambda db: db.execute("SELECT 1").fetchone())
 
     async def aclose(self) -> None:
-        await asyncio.to_thread(self._db.close)
+        if self._closed:
+            return
+        # Set before awaiting: calls made from now on fail instead of queueing behind the close.
+        self._closed = True
+        await asyncio.get_running_loop().run_in_executor(self._thread, self._db.close)
+        self._thread.shutdown(wait=False)

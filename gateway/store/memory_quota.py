@@ -111,18 +111,14 @@ def _take(counters: _Counters, scope: QuotaScope, request: AdmitRequest, now: _N
 
 
 def _usage(counters: _Counters, scope: QuotaScope, now: _Now) -> ScopeUsage:
-    # Counters were pruned by _check, so the sums are of the window only.
-    limits = scope.limits
-    usage = ScopeUsage()
-    if limits.rpm is not None:
-        remaining = max(0, limits.rpm - sum(counters.requests.values()))
-        usage = ScopeUsage(remaining, _window_reset(counters.requests, now))
-    if limits.tpm is not None:
-        remaining = max(0, limits.tpm - sum(counters.tokens.values()))
-        usage = ScopeUsage(
-            usage.requests_remaining, usage.requests_reset_s, remaining, _window_reset(counters.tokens, now)
-        )
-    return usage
+    # _check pruned the counters, so these sums cover the window only.
+    rpm, tpm = scope.limits.rpm, scope.limits.tpm
+    return ScopeUsage(
+        requests_remaining=None if rpm is None else max(0, rpm - sum(counters.requests.values())),
+        requests_reset_s=0.0 if rpm is None else _window_reset(counters.requests, now),
+        tokens_remaining=None if tpm is None else max(0, tpm - sum(counters.tokens.values())),
+        tokens_reset_s=0.0 if tpm is None else _window_reset(counters.tokens, now),
+    )
 
 
 def _adjust(counts: dict[int, int], key: int, delta: int) -> None:
@@ -158,9 +154,7 @@ class MemoryQuotas:
         reservation = Reservation(request.lease_id, request.tokens, now.second, now.day)
         return AdmitResult(True, reservation, usage=usage)
 
-    def settle(
-        self, tenant: str, scopes: tuple[QuotaScope, ...], reservation: Reservation, used_tokens: int
-    ) -> None:
+    def settle(self, tenant: str, scopes: tuple[QuotaScope, ...], reservation: Reservation, used_tokens: int) -> None:
         now = _Now.at(self._clock())
         delta = used_tokens - reservation.tokens
         for scope in scopes:

@@ -60,9 +60,7 @@ class SqliteDb:
 
     def _connect(self) -> sqlite3.Connection:
         self._path.parent.mkdir(parents=True, exist_ok=True)
-        connection = sqlite3.connect(
-            self._path, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
-        )
+        connection = sqlite3.connect(self._path, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
         try:
             connection.execute("PRAGMA journal_mode=WAL")
             connection.executescript(_SCHEMA)

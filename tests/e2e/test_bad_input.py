@@ -63,8 +63,9 @@ def small_limit_gateway(sim_pair: list[Announced], tmp_path_factory: pytest.Temp
 def post(gateway: Gateway, body: Any, **kwargs: Any) -> httpx.Response:
     url = f"{gateway.url}/v1/chat/completions"
     if isinstance(body, bytes):
-        return httpx.post(url, content=body, headers={"content-type": "application/json"}, timeout=10, **kwargs)
-    return httpx.post(url, json=body, timeout=10, **kwargs)
+        headers = {"content-type": "application/json", **gateway.headers()}
+        return httpx.post(url, content=body, headers=headers, timeout=10, **kwargs)
+    return httpx.post(url, json=body, headers=gateway.headers(), timeout=10, **kwargs)
 
 
 @pytest.mark.parametrize(("case", "body", "status", "code", "param"), CASES, ids=[c[0] for c in CASES])
@@ -113,3 +114,8 @@ def test_unknown_path_and_wrong_method_are_openai_shaped(shared_gateway: Gateway
     assert missing.json()["error"]["code"] == "not_found"
     assert wrong.status_code == 405
     assert wrong.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_unauthenticated_bad_input_is_401_before_the_body_is_judged(shared_gateway: Gateway) -> None:
+    reply = httpx.post(f"{shared_gateway.url}/v1/chat/completions", content=b"{not json", timeout=10)
+    assert reply.status_code == 401

@@ -1,0 +1,229 @@
+"""The store for several replicas: everything in Redis, every multi-key operation one Lua script.
+
+Key names and TTLs are in gateway/store/keys.py, the scripts in gateway/store/lua/. Every
+failure to talk to Redis becomes StoreUnavailable here; nothing redis-specific gets out.
+
+Failing fast matters more than riding out a blip: the caller decides (fail open or closed),
+so redis-py's own retries are off and every wait is bounded by the configured timeouts. A
+pooled connection that Redis closed is detected and replaced when it is taken from the pool.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from importlib import resources
+from typing import Any
+
+import orjson
+from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
+
+from gateway.errors import StoreUnavailable
+from gateway.settings import RedisStoreSettings
+from gateway.store import keys
+from gateway.store.audit_batch import canonical, check_batch
+from gateway.store.base import (
+    WINDOW_S,
+    AdmitRequest,
+    AdmitResult,
+    AuditHead,
+    KeyRecord,
+    QuotaScope,
+    Reservation,
+    ScopeUsage,
+)
+
+# Requests beyond the pool's size wait this long for a connection before failing.
+POOL_WAIT_S = 1.0
+MAX_CONNECTIONS = 64
+
+
+def _lua(name: str) -> str:
+    return resources.files("gateway.store").joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
+
+
+@contextlib.contextmanager
+def _unavailable(operation: str) -> Iterator[None]:
+    try:
+        yield
+    except (RedisError, OSError) as error:
+        raise StoreUnavailable(f"redis: {operation} failed: {error}") from error
+
+
+def _limit(value: int | None) -> str:
+    return "" if value is None else str(value)
+
+
+def _head(raw: list[Any]) -> AuditHead:
+    seq, digest = raw
+    return AuditHead(0, "") if seq is None else AuditHead(int(seq), (digest or b"").decode())
+
+
+def _admit_result(raw: dict[str, Any], request: AdmitRequest) -> AdmitResult:
+    usage = {
+        name: ScopeUsage(
+            requests_remaining=u.get("requests_remaining"),
+            requests_reset_s=float(u.get("requests_reset_s", 0.0)),
+            tokens_remaining=u.get("tokens_remaining"),
+            tokens_reset_s=float(u.get("tokens_reset_s", 0.0)),
+        )
+        for name, u in raw["usage"].items()
+    }
+    if not raw["admitted"]:
+        return AdmitResult(
+            admitted=False,
+            denied_scope=raw["denied_scope"],
+            denied_limit=raw["denied_limit"],
+            retry_after_s=float(raw["retry_after"]),
+            usage=usage,
+        )
+    second, day = int(raw["second"]), int(raw["day"])
+    reservation = Reservation(request.lease_id, request.tokens, second, day)
+    return AdmitResult(admitted=True, reservation=reservation, usage=usage)
+
+
+def _sorted_records(raw: list[bytes | str | None], tenant: str | None) -> list[KeyRecord]:
+    records = [KeyRecord.from_dict(orjson.loads(r)) for r in raw if r is not None]
+    # A tenant's id set may still name a key that moved to another tenant.
+    records = [r for r in records if tenant is None or r.tenant == tenant]
+    return sorted(records, key=lambda r: (r.created_at, r.id))
+
+
+class RedisStore:
+    def __init__(self, settings: RedisStoreSettings, *, max_connections: int = MAX_CONNECTIONS) -> None:
+        self._prefix = settings.key_prefix
+        # A blocking pool queues bursts (hundreds of concurrent admits) instead of failing them.
+        pool = BlockingConnectionPool.from_url(
+            settings.url,
+            max_connections=max_connections,
+            timeout=POOL_WAIT_S,
+            socket_timeout=settings.socket_timeout_s,
+            socket_connect_timeout=settings.connect_timeout_s,
+            retry=Retry(NoBackoff(), 0),
+            retry_on_timeout=False,
+        )
+        self._redis = Redis.from_pool(pool)
+        # register_script only hashes the source: EVALSHA, loading the script when Redis lacks it.
+        self._admit = self._redis.register_script(_lua("admit"))
+        self._settle = self._redis.register_script(_lua("settle"))
+        self._renew = self._redis.register_script(_lua("renew"))
+        self._put_key = self._redis.register_script(_lua("put_key"))
+        self._find_key = self._redis.register_script(_lua("find_key"))
+        self._audit_append = self._redis.register_script(_lua("audit_append"))
+
+    # --- API keys -------------------------------------------------------------------------
+    async def put_key(self, record: KeyRecord) -> None:
+        names = [
+            keys.key_records(self._prefix),
+            keys.key_digests(self._prefix),
+            keys.tenant_key_ids(self._prefix, record.tenant),
+        ]
+        with _unavailable("put_key"):
+            await self._put_key(keys=names, args=[record.id, record.digest, orjson.dumps(record.to_dict())])
+
+    async def get_key(self, key_id: str) -> KeyRecord | None:
+        with _unavailable("get_key"):
+            raw = await self._redis.hget(keys.key_records(self._prefix), key_id)
+        return None if raw is None else KeyRecord.from_dict(orjson.loads(raw))
+
+    async def find_key(self, digest: str) -> KeyRecord | None:
+        names = [keys.key_records(self._prefix), keys.key_digests(self._prefix)]
+        with _unavailable("find_key"):
+            raw = await self._find_key(keys=names, args=[digest])
+        record = None if raw is None else KeyRecord.from_dict(orjson.loads(raw))
+        return record if record is not None and record.digest == digest else None
+
+    async def list_keys(self, tenant: str | None) -> list[KeyRecord]:
+        records = keys.key_records(self._prefix)
+        raw: list[bytes | str | None] = []
+        with _unavailable("list_keys"):
+            if tenant is None:
+                raw = list(await self._redis.hvals(records))
+            else:
+                ids = await self._redis.smembers(keys.tenant_key_ids(self._prefix, tenant))
+                if ids:
+                    raw = await self._redis.hmget(records, sorted(ids))
+        return _sorted_records(raw, tenant)
+
+    # --- quotas ---------------------------------------------------------------------------
+    async def admit(self, request: AdmitRequest) -> AdmitResult:
+        names: list[str] = []
+        args: list[str | int | float] = [
+            WINDOW_S,
+            keys.WINDOW_TTL_S,
+            keys.DAILY_TTL_S,
+            keys.LEASE_TTL_MARGIN_S,
+            request.lease_id,
+            request.tokens,
+            request.lease_ttl_s,
+        ]
+        for scope in request.scopes:
+            scope_keys = keys.scope_keys(self._prefix, request.tenant, scope.name)
+            names += [scope_keys.requests, scope_keys.tokens, scope_keys.daily, scope_keys.leases]
+            limits = scope.limits
+            args += [scope.name, *map(_limit, (limits.rpm, limits.tpm, limits.daily_tokens, limits.max_concurrency))]
+        with _unavailable("admit"):
+            raw = await self._admit(keys=names, args=args)
+        return _admit_result(orjson.loads(raw), request)
+
+    async def settle(
+        self, tenant: str, scopes: tuple[QuotaScope, ...], reservation: Reservation, used_tokens: int
+    ) -> None:
+        names: list[str] = []
+        for scope in scopes:
+            scope_keys = keys.scope_keys(self._prefix, tenant, scope.name)
+            names += [scope_keys.tokens, scope_keys.daily, scope_keys.leases]
+        delta = used_tokens - reservation.tokens
+        args: list[str | int] = [WINDOW_S, reservation.lease_id, reservation.second, reservation.day, delta]
+        with _unavailable("settle"):
+            await self._settle(keys=names, args=args)
+
+    async def renew_lease(self, tenant: str, scopes: tuple[QuotaScope, ...], lease_id: str, ttl_s: float) -> None:
+        names = [keys.scope_keys(self._prefix, tenant, scope.name).leases for scope in scopes]
+        with _unavailable("renew_lease"):
+            await self._renew(keys=names, args=[lease_id, ttl_s, keys.LEASE_TTL_MARGIN_S])
+
+    # --- audit chain ----------------------------------------------------------------------
+    async def audit_head(self) -> AuditHead:
+        with _unavailable("audit_head"):
+            return _head(await self._redis.hmget(keys.audit_head(self._prefix), ["seq", "hash"]))
+
+    async def audit_append(self, expected: AuditHead, records: list[dict[str, Any]]) -> bool:
+        check_batch(expected, records)
+        args: list[str | int | bytes] = [expected.seq, expected.hash]
+        for record in records:
+            args += [record["seq"], record["hash"], canonical(record)]
+        names = [keys.audit_head(self._prefix), keys.audit_stream(self._prefix)]
+        with _unavailable("audit_append"):
+            return bool(await self._audit_append(keys=names, args=args))
+
+    async def audit_range(self, first_seq: int, limit: int) -> list[dict[str, Any]]:
+        if limit <= 0:
+            return []
+        start = keys.stream_id(max(first_seq, 0))
+        with _unavailable("audit_range"):
+            entries = await self._redis.xrange(keys.audit_stream(self._prefix), min=start, count=limit)
+        return [orjson.loads(fields[b"r"]) for _, fields in entries or [] if fields]
+
+    async def audit_trim(self, before_seq: int, anchor: AuditHead) -> None:
+        with _unavailable("audit_trim"):
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.xtrim(keys.audit_stream(self._prefix), minid=keys.stream_id(before_seq), approximate=False)
+                pipe.hset(keys.audit_anchor(self._prefix), mapping={"seq": anchor.seq, "hash": anchor.hash})
+                await pipe.execute()
+
+    async def audit_anchor(self) -> AuditHead:
+        with _unavailable("audit_anchor"):
+            return _head(await self._redis.hmget(keys.audit_anchor(self._prefix), ["seq", "hash"]))
+
+    # --- lifecycle ------------------------------------------------------------------------
+    async def ping(self) -> None:
+        with _unavailable("ping"):
+            await self._redis.ping()
+
+    async def aclose(self) -> None:
+        with _unavailable("close"):
+            await self._redis.aclose()

@@ -1,0 +1,57 @@
+"""Builders shared by the store tests."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import time
+import uuid
+from typing import Any
+
+from gateway.store.base import AdmitRequest, AdmitResult, AuditHead, KeyRecord, Limits, QuotaScope, Store
+
+
+def key_record(key_id: str, tenant: str = "acme", created_at: float = 1000.0, **changes: Any) -> KeyRecord:
+    record = KeyRecord(
+        id=key_id,
+        name=f"name of {key_id}",
+        tenant=tenant,
+        digest=hashlib.sha256(key_id.encode()).hexdigest(),
+        prefix="agw_abcdefgh",
+        scopes=("chat",),
+        models=("m1", "m2"),
+        limits=Limits(rpm=10, daily_tokens=5000),
+        created_at=created_at,
+        expires_at=2000.5,
+    )
+    return dataclasses.replace(record, **changes)
+
+
+def admit_request(*scopes: QuotaScope, tokens: int = 0, ttl: float = 30.0, tenant: str = "acme") -> AdmitRequest:
+    return AdmitRequest(tenant=tenant, scopes=scopes, lease_id=uuid.uuid4().hex, tokens=tokens, lease_ttl_s=ttl)
+
+
+def key_scope(**limits: int) -> QuotaScope:
+    return QuotaScope("key:k1", Limits(**limits))
+
+
+def tenant_scope(**limits: int) -> QuotaScope:
+    return QuotaScope("tenant", Limits(**limits))
+
+
+def seconds_to_utc_midnight() -> float:
+    now = time.time()
+    return (now // 86_400 + 1) * 86_400 - now
+
+
+async def admit_all(store: Store, requests: list[AdmitRequest]) -> list[AdmitResult]:
+    return [await store.admit(r) for r in requests]
+
+
+def chained(head: AuditHead, count: int, writer: str = "w") -> list[dict[str, Any]]:
+    records, prev = [], head.hash
+    for seq in range(head.seq + 1, head.seq + 1 + count):
+        body = {"seq": seq, "prev": prev, "writer": writer, "detail": {"b": [1, 2], "a": None}}
+        prev = hashlib.sha256(repr(body).encode()).hexdigest()
+        records.append({**body, "hash": prev})
+    return records

@@ -1,0 +1,149 @@
+"""A Redis that is down, silent or killed mid-use: every call fails with StoreUnavailable within
+the configured timeouts, and never hangs. The store recovers by itself when Redis is back."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from gateway.errors import StoreUnavailable
+from gateway.settings import RedisStoreSettings
+from gateway.store.base import AuditHead, Reservation
+from gateway.store.redis_store import RedisStore
+from tests.store.helpers import admit_request, chained, key_record, key_scope
+
+Call = Callable[[RedisStore], Awaitable[object]]
+
+SCOPES = (key_scope(rpm=1000, max_concurrency=100),)
+
+EVERY_CALL: dict[str, Call] = {
+    "ping": lambda s: s.ping(),
+    "put_key": lambda s: s.put_key(key_record("k1")),
+    "get_key": lambda s: s.get_key("k1"),
+    "find_key": lambda s: s.find_key("0" * 64),
+    "list_keys(all)": lambda s: s.list_keys(None),
+    "list_keys(tenant)": lambda s: s.list_keys("acme"),
+    "admit": lambda s: s.admit(admit_request(*SCOPES, tokens=5)),
+    "settle": lambda s: s.settle("acme", SCOPES, Reservation("lease", 5, 0, 0), 3),
+    "renew_lease": lambda s: s.renew_lease("acme", SCOPES, "lease", 30),
+    "audit_head": lambda s: s.audit_head(),
+    "audit_append": lambda s: s.audit_append(AuditHead(0, ""), chained(AuditHead(0, ""), 1)),
+    "audit_range": lambda s: s.audit_range(1, 10),
+    "audit_trim": lambda s: s.audit_trim(1, AuditHead(0, "")),
+    "audit_anchor": lambda s: s.audit_anchor(),
+}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def open_store(port: int) -> RedisStore:
+    settings = RedisStoreSettings(
+        url=f"redis://127.0.0.1:{port}/0", key_prefix="agw-test", socket_timeout_s=0.25, connect_timeout_s=0.25
+    )
+    return RedisStore(settings)
+
+
+async def assert_every_call_fails_fast(store: RedisStore, within_s: float) -> None:
+    for name, call in EVERY_CALL.items():
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable):
+            await asyncio.wait_for(call(store), timeout=10)  # a hang fails the test, not the suite
+        assert time.monotonic() - started < within_s, f"{name} took too long to fail"
+
+
+@contextlib.contextmanager
+def redis_server(port: int, workdir: Path) -> Iterator[subprocess.Popen[bytes]]:
+    command = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    process = subprocess.Popen(
+        [*command, "--daemonize", "no", "--dir", str(workdir)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        client = redis.Redis(port=port, socket_timeout=0.2, socket_connect_timeout=0.2)
+        deadline = time.monotonic() + 10
+        while True:
+            with contextlib.suppress(redis.ConnectionError):
+                if client.ping():
+                    break
+            assert process.poll() is None, "redis-server exited"
+            assert time.monotonic() < deadline, "redis-server did not answer PING"
+            time.sleep(0.02)
+        client.close()
+        yield process
+    finally:
+        process.kill()
+        process.wait(timeout=10)
+
+
+@pytest.fixture
+async def silent_server() -> AsyncIterator[int]:
+    """A port that accepts connections (the kernel completes them) and never answers."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(128)
+        yield int(sock.getsockname()[1])
+
+
+async def test_a_port_where_nothing_listens_fails_fast() -> None:
+    store = open_store(free_port())
+    await assert_every_call_fails_fast(store, within_s=0.6)
+    await store.aclose()
+
+
+async def test_a_server_that_never_answers_fails_within_the_timeouts(silent_server: int) -> None:
+    store = open_store(silent_server)
+    await assert_every_call_fails_fast(store, within_s=0.25 + 0.25 + 0.5)
+    await store.aclose()
+
+
+async def test_a_killed_server_fails_every_call_fast_and_recovers_when_back(tmp_path: Path) -> None:
+    port = free_port()
+    store = open_store(port)
+    with redis_server(port, tmp_path) as server:
+        # Several pooled connections, all of which go stale when the server dies.
+        await asyncio.gather(*(call(store) for call in EVERY_CALL.values()))
+        server.send_signal(signal.SIGKILL)
+        server.wait(timeout=10)
+        await assert_every_call_fails_fast(store, within_s=1.0)
+    with redis_server(port, tmp_path):
+        for call in EVERY_CALL.values():
+            await call(store)
+    await store.aclose()
+
+
+async def test_calls_in_flight_when_the_server_dies_end_promptly(tmp_path: Path) -> None:
+    port = free_port()
+    store = open_store(port)
+    failures: list[BaseException] = []
+
+    async def keep_admitting() -> None:
+        while True:
+            try:
+                await store.admit(admit_request(*SCOPES, tokens=1))
+            except StoreUnavailable as error:
+                failures.append(error)
+                return
+
+    with redis_server(port, tmp_path) as server:
+        workers = [asyncio.create_task(keep_admitting()) for _ in range(50)]
+        await asyncio.sleep(0.3)
+        server.send_signal(signal.SIGKILL)
+        killed_at = time.monotonic()
+        await asyncio.wait_for(asyncio.gather(*workers), timeout=10)
+        assert time.monotonic() - killed_at < 1.0
+    assert len(failures) == 50
+    await store.aclose()
