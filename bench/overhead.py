@@ -156,9 +156,11 @@ class Outcome:
     paths: list[str]
     rss_bytes: dict[str, int]
     litellm_reason: str
+    load_at_start: float  # 1-minute load average: a busy machine shows in the figures
 
 
 def measure(options: Options, check: LiteLLMCheck) -> Outcome:
+    load_at_start = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="overhead-") as tmp, contextlib.ExitStack() as stack:
         workdir = Path(tmp)
         upstream = stack.enter_context(running(start_upstream(workdir, options.chunks)))
@@ -178,7 +180,7 @@ def measure(options: Options, check: LiteLLMCheck) -> Outcome:
             print(f"LiteLLM not measured: {reason}", file=sys.stderr, flush=True)
         figures = uvloop.run(run_rounds(options.rounds, scenarios(options), paths, upstream, limits(options)))
         rss = {p.name: rss_bytes(p.proxy.pids()) for p in paths if p.proxy is not None}
-    return Outcome(figures, [p.name for p in paths], rss, reason)
+    return Outcome(figures, [p.name for p in paths], rss, reason, load_at_start)
 
 
 def _mib(value: int) -> str:
@@ -196,8 +198,8 @@ def print_report(options: Options, outcome: Outcome, check: LiteLLMCheck, took_s
     else:
         print(f"\nLiteLLM {check.version} (proxy, 1 worker, master key, no database, telemetry and spend logs off).")
     info = machine()
-    load = info["load_average"][0]
-    print(f"Machine: {info['cpus']} CPUs, Python {info['python']}, load average {load:.2f} at the end.")
+    loads = f"{outcome.load_at_start:.2f} at the start, {info['load_average'][0]:.2f} at the end"
+    print(f"Machine: {info['cpus']} CPUs, Python {info['python']}, load average {loads}.")
     print(f"Command: `{command_line()}` (took {took_s:.0f} s)")
 
 

@@ -12,6 +12,7 @@ import random
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
+from fastapi.telemetry import TelemetryConfig
 
 from gateway.audit import AuditWriter
 from gateway.audit_records import AuditRequests
@@ -97,7 +98,17 @@ def create_app(settings: Settings) -> FastAPI:
                 await deployment.backend.aclose()
             await store.aclose()
 
-    app = FastAPI(title="agent-gateway", lifespan=lifespan, docs_url=None, redoc_url=None)
+    # FastAPI's own OpenTelemetry instrumentation stays off: the gateway's spans carry the GenAI
+    # attributes, and a second set per request would only cost time.
+    no_fastapi_telemetry: TelemetryConfig = {
+        "tracing": False,
+        "metrics": False,
+        "logs": False,
+        "operation_spans": False,
+    }
+    app = FastAPI(
+        title="agent-gateway", lifespan=lifespan, docs_url=None, redoc_url=None, telemetry=no_fastapi_telemetry
+    )
     openai_api = OpenAIApi(pipeline, authenticator, model_names, settings.server.max_body_bytes)
     app.router.routes.extend(openai_api.routes())
     app.router.routes.extend(HealthApi(router, store, settings.quota.on_store_error).routes())

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+import tempfile
+from pathlib import Path
+
 import click
 
+from gateway.audit import AuditWriter
+from gateway.cli.context import operator_principal
 from gateway.cli.processes import Announced, start_announcing
 from gateway.cli.serving import base_url, bind, serve
-from gateway.settings import parse_settings
+from gateway.keys import KeyService, NewKey
+from gateway.settings import Settings, parse_settings
+from gateway.store.base import Limits
+from gateway.store.factory import open_store
 
 _SNIPPET = """
 Ready. Paste this into Python (pip install openai):
@@ -22,14 +31,15 @@ Ready. Paste this into Python (pip install openai):
         print(chunk.choices[0].delta.content or "", end="", flush=True)
 
 Or: curl {url}/v1/chat/completions -H 'authorization: Bearer {key}' \\
+      -H 'content-type: application/json' \\
       -d '{{"model": "sim-model", "messages": [{{"role": "user", "content": "Hello!"}}]}}'
 
-The key above belongs to tenant "demo" (600 requests/min). State (keys, audit log): {data}
+The key belongs to tenant "demo" (600 requests/min). Keys and the audit log live in {data}
 Health: {url}/readyz    Stop: Ctrl-C
 """
 
 
-def demo_settings(sim_urls: list[str]) -> dict[str, object]:
+def demo_settings(sim_urls: list[str], data_dir: Path) -> dict[str, object]:
     deployments = [
         {
             "name": f"sim-{i + 1}",
@@ -37,10 +47,26 @@ def demo_settings(sim_urls: list[str]) -> dict[str, object]:
             "model": "sim-model",
             "priority": i,
             "continuation": "vllm",
+            "health_path": f"{url}/health",
         }
         for i, url in enumerate(sim_urls)
     ]
-    return {"models": [{"name": "sim-model", "deployments": deployments}]}
+    return {
+        "store": {"kind": "embedded", "path": str(data_dir)},
+        "models": [{"name": "sim-model", "deployments": deployments}],
+    }
+
+
+async def _demo_key(settings: Settings) -> str:
+    store = open_store(settings.store)
+    audit = AuditWriter(store, queue_size=10, batch_size=10, flush_interval_s=0.01)
+    try:
+        new = NewKey(name="demo", tenant="demo", limits=Limits(rpm=600, tpm=200_000))
+        issued = await KeyService(store, audit).create(operator_principal(), new)
+        await audit.flush()
+    finally:
+        await store.aclose()
+    return issued.secret
 
 
 @click.command("demo")
@@ -55,14 +81,13 @@ def demo_command(port: int, sim_ports: str) -> None:
         for sim_port in sim_ports.split(","):
             sims.append(start_announcing(["gateway.sim", "--host", "127.0.0.1", "--port", sim_port.strip()]))
             click.echo(f"simulated backend on {sims[-1].url}")
-        settings = parse_settings(demo_settings([s.url for s in sims]))
+        data_dir = Path(tempfile.mkdtemp(prefix="agw-demo-"))
+        settings = parse_settings(demo_settings([s.url for s in sims], data_dir))
+        key = asyncio.run(_demo_key(settings))
         sock = bind("127.0.0.1", port)
         url = base_url(sock)
-        serve(
-            create_app(settings),
-            sock,
-            lambda: click.echo(f"gateway listening on {url}/v1\n{_SNIPPET.format(url=url)}"),
-        )
+        snippet = _SNIPPET.format(url=url, key=key, data=data_dir)
+        serve(create_app(settings), sock, lambda: click.echo(f"gateway listening on {url}/v1\n{snippet}"))
     finally:
         for sim in sims:
             sim.stop()

@@ -38,7 +38,7 @@ from gateway.store.base import (
 
 # Requests beyond the pool's size wait this long for a connection before failing.
 POOL_WAIT_S = 1.0
-MAX_CONNECTIONS = 64
+MAX_CONNECTIONS = 32  # Redis runs one command at a time: more mostly adds connect storms
 
 
 def _lua(name: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -121,3 +122,17 @@ def test_rate_limit_headers_follow_openai(replicas: tuple[Gateway, Gateway, Anno
     assert reply.headers["x-ratelimit-limit-tokens"] == "100000"
     assert int(reply.headers["x-ratelimit-remaining-tokens"]) < 100_000
     assert reply.headers["x-ratelimit-reset-requests"].endswith("s")
+
+
+def test_revocation_reaches_the_other_replica_within_the_cache_ttl(
+    replicas: tuple[Gateway, Gateway, Announced],
+) -> None:
+    first, second, _ = replicas
+    key_id, key = first.create_key()
+    ask = {"json": BODY, "headers": first.headers(key), "timeout": 10}
+    assert httpx.post(f"{second.url}/v1/chat/completions", **ask).status_code == 200  # now cached on `second`
+    revoked = httpx.post(f"{first.url}/admin/keys/{key_id}/revoke", headers=first.headers(first.admin_key), timeout=10)
+    revoked.raise_for_status()
+    assert httpx.post(f"{first.url}/v1/chat/completions", **ask).status_code == 401
+    time.sleep(1.0)  # auth.cache_ttl_s: the bound this test checks, not a synchronisation guess
+    assert httpx.post(f"{second.url}/v1/chat/completions", **ask).status_code == 401

@@ -49,9 +49,12 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def open_store(port: int) -> RedisStore:
+def open_store(port: int, timeout_s: float = 0.25) -> RedisStore:
     settings = RedisStoreSettings(
-        url=f"redis://127.0.0.1:{port}/0", key_prefix="agw-test", socket_timeout_s=0.25, connect_timeout_s=0.25
+        url=f"redis://127.0.0.1:{port}/0",
+        key_prefix="agw-test",
+        socket_timeout_s=timeout_s,
+        connect_timeout_s=timeout_s,
     )
     return RedisStore(settings)
 
@@ -112,7 +115,8 @@ async def test_a_server_that_never_answers_fails_within_the_timeouts(silent_serv
 
 async def test_a_killed_server_fails_every_call_fast_and_recovers_when_back(tmp_path: Path) -> None:
     port = free_port()
-    store = open_store(port)
+    # Timeouts longer than the bound: a dead server must be noticed at once, not by timing out.
+    store = open_store(port, timeout_s=2.0)
     with redis_server(port, tmp_path) as server:
         # Several pooled connections, all of which go stale when the server dies.
         await asyncio.gather(*(call(store) for call in EVERY_CALL.values()))
@@ -127,7 +131,7 @@ async def test_a_killed_server_fails_every_call_fast_and_recovers_when_back(tmp_
 
 async def test_calls_in_flight_when_the_server_dies_end_promptly(tmp_path: Path) -> None:
     port = free_port()
-    store = open_store(port)
+    store = open_store(port, timeout_s=2.0)
     failures: list[BaseException] = []
 
     async def keep_admitting() -> None:
