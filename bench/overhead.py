@@ -211,7 +211,7 @@ def write_results(options: Options, outcome: Outcome, check: LiteLLMCheck, took_
     document = {
         "command": command_line(),
         "took_s": took_s,
-        "machine": machine(),
+        "machine": {**machine(), "load_average_1m_at_start": outcome.load_at_start},
         "options": {k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(options).items()},
         "litellm": {"version": check.version, "not_measured": outcome.litellm_reason or None},
         "scenarios": [dataclasses.asdict(s) for s in scenarios(options)],

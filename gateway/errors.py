@@ -21,7 +21,8 @@ place that turns them into responses.
         ├── UpstreamTimeout         504  connect / first-token / stall timeout
         ├── UpstreamStatusError          the upstream answered with an error status
         ├── UpstreamProtocolError        malformed chunk, stream cut before [DONE]
-        └── UpstreamInBandError          an error event inside a 200 stream
+        ├── UpstreamInBandError          an error event inside a 200 stream
+        └── StreamInterrupted            failed mid-stream and no deployment could continue it
 
 `UpstreamError.retryable` tells the router whether another attempt may succeed.
 """
@@ -192,3 +193,17 @@ class UpstreamProtocolError(UpstreamError):
 class UpstreamInBandError(UpstreamError):
     code = "upstream_inband_error"
     reason = "inband_error"
+
+
+class StreamInterrupted(UpstreamError):
+    code = "stream_interrupted"
+    reason = "stream_interrupted"
+    retryable = False
+
+    def __init__(self, tokens_sent: int, cause: UpstreamError) -> None:
+        super().__init__(
+            f"The answer was interrupted after {tokens_sent} tokens ({cause.reason}: {cause.message}) "
+            "and no deployment could continue it",
+            deployment=cause.deployment,
+        )
+        self.cause = cause

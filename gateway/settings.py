@@ -137,6 +137,7 @@ class RetrySettings(Frozen):
 
 class RoutingSettings(Frozen):
     strategy: Strategy = Strategy.PRIORITY
+    max_failovers: int = Field(default=2, ge=0, description="mid-stream hand-overs in one response")
     retry: RetrySettings = RetrySettings()
     breaker: BreakerSettings = BreakerSettings()
     health: HealthSettings = HealthSettings()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 
-from gateway.backends.base import BackendRequest, Chunk, Usage
+from gateway.backends.base import BackendRequest, Chunk, ToolCallDelta, Usage
 from gateway.errors import UpstreamError
 
 
@@ -24,12 +24,15 @@ class ScriptedBackend:
         self._scripts = list(scripts)
         self.requests: list[BackendRequest] = []
         self.probe_error: UpstreamError | None = None
+        self.prelude: list[Chunk] = []  # sent after the role chunk, before the tokens
         self._clock_step = clock_step
 
     async def stream(self, request: BackendRequest) -> AsyncGenerator[Chunk, None]:
         self.requests.append(request)
         script = self._scripts.pop(0) if len(self._scripts) > 1 else self._scripts[0]
         yield Chunk(role="assistant", content="")
+        for early in self.prelude:
+            yield Chunk(tool_calls=[ToolCallDelta(t.index, t.id, t.name, t.arguments) for t in early.tool_calls])
         for i, token in enumerate(script.tokens):
             if script.error is not None and i == script.fail_after:
                 raise script.error

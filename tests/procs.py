@@ -21,8 +21,8 @@ from gateway.cli.processes import Announced, start_announcing
 FAST_SIM = ["--ttft-ms", "5", "--tpot-ms", "1", "--jitter", "0"]
 
 
-def start_sim(*extra: str) -> Announced:
-    return start_announcing(["gateway.sim", "--port", "0", *FAST_SIM, *extra])
+def start_sim(*extra: str, port: int = 0) -> Announced:
+    return start_announcing(["gateway.sim", "--port", str(port), *FAST_SIM, *extra])
 
 
 def set_faults(sim: Announced, **faults: Any) -> None:

@@ -39,9 +39,7 @@ class Deployment:
         self.settings = settings
         self.name = settings.name
         self.backend = backend
-        self.breaker = CircuitBreaker(
-            routing.breaker.failure_threshold, routing.breaker.cooldown_s, clock=clock
-        )
+        self.breaker = CircuitBreaker(routing.breaker.failure_threshold, routing.breaker.cooldown_s, clock=clock)
         self.stats = LatencyStats(routing.slow.alpha, clock)
         self.inflight = 0
         self.healthy = True

@@ -16,9 +16,16 @@ from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.backends.base import BackendRequest, Chunk
-from gateway.errors import NoDeploymentAvailable, RateLimited, UpstreamError, UpstreamStatusError
+from gateway.backends.base import BackendRequest, Chunk, Usage
+from gateway.errors import (
+    NoDeploymentAvailable,
+    RateLimited,
+    StreamInterrupted,
+    UpstreamError,
+    UpstreamStatusError,
+)
 from gateway.routing.deployment import LAST_RESORT, Availability, Deployment
+from gateway.routing.failover import Interrupted, StreamProgress
 from gateway.routing.stats import find_slow
 from gateway.routing.strategies import Order
 from gateway.settings import RoutingSettings
@@ -29,6 +36,7 @@ class Attempt:
     deployment: str
     error: str | None = None  # UpstreamError.reason, None while running or on success
     ttft_s: float | None = None
+    output_chunks: int = 0
 
 
 @dataclass(slots=True)
@@ -36,6 +44,7 @@ class RouteLog:
     """What routing did for one request; read by the audit and telemetry stages."""
 
     attempts: list[Attempt] = field(default_factory=list)
+    failovers: int = 0  # mid-stream hand-overs to another deployment
 
     @property
     def deployment(self) -> str | None:
@@ -92,34 +101,65 @@ class Router:
         self._clock = clock
 
     async def stream(self, model: str, body: dict[str, Any], log: RouteLog) -> AsyncGenerator[Chunk, None]:
-        """Stream the answer for `body` from the best deployment of `model`, failing over as needed."""
+        """The answer for `body` from the best deployments of `model`, as one uninterrupted stream.
+
+        Failures before the first output are retried (`_serve`); a failure after it is handed to
+        the next deployment that can continue the partial answer, up to `max_failovers` times.
+        """
         group = self.groups[model]
+        progress = StreamProgress(body)
+        avoid: set[str] = set()
+        while True:
+            try:
+                async with contextlib.aclosing(self._serve(group, progress, log, avoid)) as chunks:
+                    async for chunk in chunks:
+                        yield chunk
+                return
+            except Interrupted as interrupted:
+                # What the failed attempt generated counts, even though its usage never arrived.
+                yield Chunk(
+                    usage=Usage(completion_tokens=interrupted.output_chunks, total_tokens=interrupted.output_chunks)
+                )
+                if log.failovers >= self._settings.max_failovers or not progress.continuable:
+                    raise StreamInterrupted(progress.content_chunks, interrupted.cause) from None
+                log.failovers += 1
+                avoid = {interrupted.deployment}
+
+    async def _serve(
+        self, group: ModelGroup, progress: StreamProgress, log: RouteLog, avoid: set[str]
+    ) -> AsyncGenerator[Chunk, None]:
+        """One deployment's answer (or the rest of it), retrying other deployments until its first output."""
         retry = self._settings.retry
         last_error: UpstreamError | None = None
-        tried: set[str] = set()
+        tried = set(avoid)
         for attempt_number in range(retry.max_attempts):
-            deployment = self._choose(group, tried, last_error)
+            deployment = self._choose(group, tried, last_error, progress)
             if deployment.name in tried:
                 await asyncio.sleep(self._backoff(attempt_number))
             tried.add(deployment.name)
             attempt = Attempt(deployment.name)
             log.attempts.append(attempt)
+            request = progress.request_for(deployment.settings)
             try:
-                async with contextlib.aclosing(self._attempt(group, deployment, body, attempt)) as chunks:
+                async with contextlib.aclosing(self._attempt(group, deployment, request, attempt, progress)) as chunks:
                     async for chunk in chunks:
                         yield chunk
                 return
             except UpstreamError as error:
-                if attempt.ttft_s is not None or not error.retryable:
-                    raise  # the client has seen output, or no other deployment would answer better
+                if attempt.ttft_s is not None:
+                    raise Interrupted(error, deployment.name, attempt.output_chunks) from None
+                if not error.retryable:
+                    raise  # another deployment of the same model would refuse the same request
                 last_error = error
                 if isinstance(error, UpstreamStatusError) and error.retry_after_s is not None:
                     deployment.cool_down(min(error.retry_after_s, retry.retry_after_max_s))
         assert last_error is not None  # max_attempts >= 1 and every path above returns or records one
         raise _final_error(last_error)
 
-    def _choose(self, group: ModelGroup, tried: set[str], last_error: UpstreamError | None) -> Deployment:
-        plan = group.plan(self._rng)
+    def _choose(
+        self, group: ModelGroup, tried: set[str], last_error: UpstreamError | None, progress: StreamProgress
+    ) -> Deployment:
+        plan = [d for d in group.plan(self._rng) if progress.can_serve(d.settings)]
         fresh = [d for d in plan if d.name not in tried]
         for deployment in fresh or plan:
             if deployment.breaker.acquire():
@@ -128,13 +168,20 @@ class Router:
             raise RateLimited(f"every deployment of {group.name!r} is at its max_inflight", retry_after_s=1)
         if last_error is not None:
             raise _final_error(last_error)
+        if progress.started:
+            raise NoDeploymentAvailable(f"no deployment of {group.name!r} can continue the interrupted answer")
         raise NoDeploymentAvailable(
             f"no deployment of {group.name!r} can take traffic (circuit breakers open)",
             retry_after_s=self._settings.breaker.cooldown_s,
         )
 
     async def _attempt(
-        self, group: ModelGroup, deployment: Deployment, body: dict[str, Any], attempt: Attempt
+        self,
+        group: ModelGroup,
+        deployment: Deployment,
+        body: dict[str, Any],
+        attempt: Attempt,
+        progress: StreamProgress,
     ) -> AsyncGenerator[Chunk, None]:
         request = BackendRequest(body={**body, "model": deployment.settings.model})
         started = self._clock()
@@ -146,18 +193,27 @@ class Router:
                 async for chunk in upstream:
                     if chunk.usage is not None:
                         completion_tokens = chunk.usage.completion_tokens
-                    if attempt.ttft_s is not None:
-                        yield chunk
-                        continue
-                    held.append(chunk)
-                    if chunk.carries_output:
+                    if chunk.content:
+                        attempt.output_chunks += 1
+                    if attempt.ttft_s is None:
+                        held.append(chunk)  # nothing goes out before the first output: a retry stays invisible
+                        if not chunk.carries_output:
+                            continue
                         attempt.ttft_s = self._clock() - started
-                        for early in held:
-                            yield early
-                        held.clear()
-            for late in held:  # an answer with no output at all (only usage, say)
-                yield late
+                    for ready in held or [chunk]:
+                        passed = progress.admit(ready)
+                        if passed is not None:
+                            yield passed
+                    held.clear()
+            for late in held:  # an answer without any output (usage only)
+                passed = progress.admit(late)
+                if passed is not None:
+                    yield passed
+            tail = progress.flush()
+            if tail is not None:
+                yield tail
         except UpstreamError as error:
+            progress.discard_pending()
             attempt.error = error.reason
             deployment.breaker.record_failure()
             raise
@@ -189,7 +245,5 @@ def _tpot(started: float, ttft_s: float, ended: float, completion_tokens: int) -
 def _final_error(error: UpstreamError) -> Exception:
     """What the client sees when every attempt failed before output."""
     if isinstance(error, UpstreamStatusError) and error.upstream_status == 429:
-        return RateLimited(
-            f"every deployment is rate limited: {error.message}", retry_after_s=error.retry_after_s or 1
-        )
+        return RateLimited(f"every deployment is rate limited: {error.message}", retry_after_s=error.retry_after_s or 1)
     return error

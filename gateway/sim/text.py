@@ -94,13 +94,19 @@ def continue_tokens(
 ) -> list[str]:
     """The tokens that follow `prefix`, a partial assistant reply to `messages`.
 
-    `max_tokens` is the length of the whole answer, as in the original request. When `prefix` is what
-    the sim itself said, the result is exactly the rest of that answer, so a client that lost a
-    stream after k tokens and resends with the partial reply gets the same tokens a healthy stream
-    would have delivered.
+    `max_tokens` limits the new tokens only, as vLLM counts it for `continue_final_message`. When
+    `prefix` is what the sim itself said, the result is exactly the rest of that answer: a gateway
+    that lost a stream after k of n tokens and asks for n - k more gets the tokens a healthy stream
+    would have delivered. Replies are prefix-consistent (the reply of length n starts with the
+    reply of length m < n), which is what makes this work.
     """
-    full = generate_tokens(model, messages, max_tokens)
-    rest = remaining_tokens(full, prefix)
+    if max_tokens is None:
+        rest = remaining_tokens(generate_tokens(model, messages), prefix)
+    else:
+        # Enough tokens to cover the prefix (each token is at least one character) and the rest.
+        longer = generate_tokens(model, messages, len(prefix.split()) + max_tokens)
+        rest = remaining_tokens(longer, prefix)
+        rest = rest[:max_tokens] if rest is not None else None
     if rest is not None:
         return rest
     # Somebody else wrote the prefix: still answer deterministically, keyed on the whole exchange.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -62,7 +63,7 @@ class SqliteDb:
         self._path.parent.mkdir(parents=True, exist_ok=True)
         connection = sqlite3.connect(self._path, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
         try:
-            connection.execute("PRAGMA journal_mode=WAL")
+            _use_wal(connection)
             connection.executescript(_SCHEMA)
         except BaseException:
             connection.close()
@@ -147,6 +148,23 @@ class SqliteDb:
         with _transaction(db, "BEGIN IMMEDIATE"):
             db.execute("DELETE FROM audit_records WHERE seq < ?", (before_seq,))
             _set_mark(db, "anchor", anchor)
+
+
+def _use_wal(db: sqlite3.Connection) -> None:
+    """Switch a new file to WAL (persistent: later opens find it set).
+
+    The switch needs the file to itself and fails at once, without waiting on the busy
+    timeout, when another process is opening the same new file: retry until one of us has
+    switched it."""
+    deadline = time.monotonic() + _BUSY_TIMEOUT_S
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL").fetchone()
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() > deadline:
+                raise
+        time.sleep(0.01)
 
 
 def _set_mark(db: sqlite3.Connection, name: str, mark: AuditHead) -> None:

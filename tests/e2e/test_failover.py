@@ -128,7 +128,9 @@ def wait_for_availability(gateway: Gateway, name: str, wanted: str, within_s: fl
 def test_mid_stream_cut_ends_with_an_in_band_error_not_a_silent_200(tmp_path: Path, sims: list[Announced]) -> None:
     first, second = sims
     set_faults(first, cut_after=3)
-    config = gateway_config(deployment("a", first, continuation="none"), deployment("b", second, priority=1))
+    config = gateway_config(
+        deployment("a", first, continuation="none"), deployment("b", second, priority=1, continuation="none")
+    )
     with running_gateway(tmp_path, config) as gateway:
         reply = ask(gateway, stream=True)
     events = [line for line in reply.text.splitlines() if line.startswith("data: ")]

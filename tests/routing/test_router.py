@@ -2,10 +2,11 @@ import random
 
 import pytest
 
-from gateway.backends.base import Chunk
+from gateway.backends.base import Chunk, ToolCallDelta
 from gateway.errors import (
     NoDeploymentAvailable,
     RateLimited,
+    StreamInterrupted,
     UpstreamConnectError,
     UpstreamProtocolError,
     UpstreamStatusError,
@@ -13,17 +14,28 @@ from gateway.errors import (
 from gateway.routing.deployment import Availability, Deployment
 from gateway.routing.router import ModelGroup, RouteLog, Router
 from gateway.routing.strategies import STRATEGIES
-from gateway.settings import DeploymentSettings, RoutingSettings, Strategy
+from gateway.settings import Continuation, DeploymentSettings, RoutingSettings, Strategy
 from tests.doubles import Script, ScriptedBackend
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
 
-def make_router(*backends: ScriptedBackend, strategy: Strategy = Strategy.PRIORITY, **routing: object) -> Router:
+def make_router(
+    *backends: ScriptedBackend,
+    strategy: Strategy = Strategy.PRIORITY,
+    continuation: Continuation = Continuation.NONE,
+    **routing: object,
+) -> Router:
     settings = RoutingSettings.model_validate({"retry": {"backoff_base_s": 0.001}, **routing})
     deployments = [
         Deployment(
-            DeploymentSettings(name=b.name, api_base="http://127.0.0.1:1/v1", model=f"{b.name}-model", priority=i),
+            DeploymentSettings(
+                name=b.name,
+                api_base="http://127.0.0.1:1/v1",
+                model=f"{b.name}-model",
+                priority=i,
+                continuation=continuation,
+            ),
             b,
             settings,
         )
@@ -57,7 +69,7 @@ async def test_connect_error_fails_over_to_the_next_deployment() -> None:
     assert [(x.deployment, x.error) for x in log.attempts] == [("a", "connect_error"), ("b", None)]
 
 
-async def test_failure_after_first_token_is_not_retried() -> None:
+async def test_failure_after_first_token_without_a_continuable_fallback_is_interrupted() -> None:
     a = ScriptedBackend("a", Script(tokens=["one", "two"], error=UpstreamProtocolError("cut"), fail_after=1))
     b = ScriptedBackend("b", Script())
     seen: list[Chunk] = []
@@ -66,10 +78,51 @@ async def test_failure_after_first_token_is_not_retried() -> None:
         async for chunk in make_router(a, b).stream("m", BODY, RouteLog()):
             seen.append(chunk)
 
-    with pytest.raises(UpstreamProtocolError):
+    with pytest.raises(NoDeploymentAvailable, match="continue"):
         await consume()
     assert text(seen) == "one"
     assert b.requests == []
+
+
+async def test_failure_mid_stream_continues_on_the_next_deployment() -> None:
+    a = ScriptedBackend("a", Script(tokens=["one", " two"], error=UpstreamProtocolError("cut"), fail_after=1))
+    b = ScriptedBackend("b", Script(tokens=[" two", " three"]))
+    body = {**BODY, "max_tokens": 3}
+    log = RouteLog()
+    chunks = [c async for c in make_router(a, b, continuation=Continuation.VLLM).stream("m", body, log)]
+    assert text(chunks) == "one two three"
+    assert sum(1 for c in chunks if c.role) == 1, "the continuation's role chunk is not repeated"
+    sent = b.requests[0].body
+    assert sent["messages"][-1] == {"role": "assistant", "content": "one"}
+    assert sent["continue_final_message"] is True
+    assert sent["add_generation_prompt"] is False
+    assert sent["max_tokens"] == 2
+    assert log.failovers == 1
+
+
+async def test_failovers_stop_at_max_failovers() -> None:
+    cut = Script(tokens=["x", "y"], error=UpstreamProtocolError("cut"), fail_after=1)
+    a, b = ScriptedBackend("a", cut), ScriptedBackend("b", cut)
+    router = make_router(a, b, continuation=Continuation.VLLM, max_failovers=1)
+    with pytest.raises(StreamInterrupted):
+        await collect(router)
+
+
+async def test_half_streamed_tool_call_is_never_sent_and_is_restarted() -> None:
+    call_start = Chunk(tool_calls=[ToolCallDelta(0, "call_1", "get_weather", '{"ci')])
+    broken = ScriptedBackend("a", Script(tokens=[]))
+    broken.prelude = [call_start]
+    broken_script_error = UpstreamProtocolError("cut inside the call")
+    broken._scripts = [Script(tokens=[], error=broken_script_error, fail_after=0)]
+    whole = ScriptedBackend("b", Script(tokens=[]))
+    whole.prelude = [
+        Chunk(tool_calls=[ToolCallDelta(0, "call_2", "get_weather", '{"city":')]),
+        Chunk(tool_calls=[ToolCallDelta(0, None, None, ' "Paris"}')]),
+    ]
+    chunks = [c async for c in make_router(broken, whole).stream("m", BODY, RouteLog())]
+    calls = [t for c in chunks for t in c.tool_calls]
+    assert len(calls) == 1
+    assert (calls[0].id, calls[0].name, calls[0].arguments) == ("call_2", "get_weather", '{"city": "Paris"}')
 
 
 async def test_role_only_chunk_does_not_commit_the_attempt() -> None:

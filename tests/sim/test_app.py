@@ -219,9 +219,10 @@ async def test_continuation_request_returns_only_the_missing_tokens(
     client: httpx.AsyncClient, stream: bool, flag: dict[str, Any]
 ) -> None:
     full = generate_tokens("sim-model", MESSAGES, 10)
-    for k in (0, 4, 10):
+    for k in (0, 4, 9):
         messages = [*MESSAGES, {"role": "assistant", "content": "".join(full[:k])}]
-        body = {"model": "sim-model", "messages": messages, "max_tokens": 10, "stream": stream, **flag}
+        # max_tokens counts only the new tokens, as vLLM does for continue_final_message
+        body = {"model": "sim-model", "messages": messages, "max_tokens": 10 - k, "stream": stream, **flag}
         body["stream_options"] = {"include_usage": True}
         response = await client.post("/v1/chat/completions", json=body)
         if stream:

@@ -68,7 +68,8 @@ def test_continuation_yields_exactly_the_remaining_tokens(max_tokens: int | None
     full = generate_tokens("sim-model", MESSAGES, max_tokens)
     k = min(k, len(full))
     partial = "".join(full[:k])
-    continuation = continue_tokens("sim-model", MESSAGES, partial, max_tokens)
+    remaining = None if max_tokens is None else max_tokens - k  # vLLM counts only new tokens
+    continuation = continue_tokens("sim-model", MESSAGES, partial, remaining)
     assert continuation == full[k:]
     assert partial + "".join(continuation) == "".join(full)
 
@@ -77,7 +78,7 @@ def test_continuation_of_a_prefix_ending_inside_a_token_starts_with_its_tail() -
     full = generate_tokens("sim-model", MESSAGES, 10)
     text = "".join(full)
     cut = len(full[0]) + 2  # two characters into the second token (" x...")
-    continuation = continue_tokens("sim-model", MESSAGES, text[:cut], 10)
+    continuation = continue_tokens("sim-model", MESSAGES, text[:cut], 9)
     assert text[:cut] + "".join(continuation) == text
     assert len(continuation) == 9
 

@@ -1,0 +1,125 @@
+"""What the client has been sent, and how another deployment can carry on from there.
+
+`StreamProgress` sits between the upstream chunks and the client. It records the assistant text
+already sent and holds tool-call deltas back until each call is complete, so that a failure in
+the middle of a tool call never leaves half a call with the client: the buffered half is dropped
+and the fallback generates the call again. When the upstream fails mid-stream, `request_for`
+builds the continuation for the next deployment's kind:
+
+- vllm (vLLM, SGLang): the partial answer as a final assistant message, with
+  `continue_final_message: true, add_generation_prompt: false`;
+- prefill (llama.cpp, Anthropic through litellm): the partial answer as a trailing assistant
+  message, which these servers continue;
+
+and shrinks `max_tokens` by what was already sent, since those servers count only new tokens.
+What cannot be continued: an answer that already sent tool calls or reasoning (no server can
+resume those mid-way); the stream then ends with an in-band error.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.backends.base import Chunk, ToolCallDelta
+from gateway.errors import UpstreamError
+from gateway.settings import Continuation, DeploymentSettings
+
+_TOKEN_LIMITS = ("max_completion_tokens", "max_tokens")
+
+
+class Interrupted(Exception):
+    """An attempt failed after output reached the client (internal to routing)."""
+
+    def __init__(self, cause: UpstreamError, deployment: str, output_chunks: int) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+        self.deployment = deployment
+        self.output_chunks = output_chunks
+
+
+class StreamProgress:
+    def __init__(self, body: dict[str, Any]) -> None:
+        self._body = body
+        self._text: list[str] = []
+        self.content_chunks = 0  # a chunk is a token on vLLM-style servers: the max_tokens bookkeeping unit
+        self.started = False  # the client has received output
+        self._sent_role = False
+        self._sent_tool_calls = False
+        self._sent_reasoning = False
+        self._pending: dict[int, ToolCallDelta] = {}
+
+    @property
+    def text(self) -> str:
+        return "".join(self._text)
+
+    @property
+    def continuable(self) -> bool:
+        return not (self._sent_tool_calls or self._sent_reasoning)
+
+    def can_serve(self, deployment: DeploymentSettings) -> bool:
+        """May this deployment produce the rest? Anyone may, while no text has been sent."""
+        return not self._text or deployment.continuation is not Continuation.NONE
+
+    def request_for(self, deployment: DeploymentSettings) -> dict[str, Any]:
+        """The body to send `deployment` so that its answer starts where the client is."""
+        if not self._text:
+            return self._body
+        partial = {"role": "assistant", "content": self.text}
+        body = {**self._body, "messages": [*self._body["messages"], partial]}
+        if deployment.continuation is Continuation.VLLM:
+            body["continue_final_message"] = True
+            body["add_generation_prompt"] = False
+        for limit in _TOKEN_LIMITS:
+            if isinstance(body.get(limit), int):
+                body[limit] = max(1, body[limit] - self.content_chunks)
+        return body
+
+    def admit(self, chunk: Chunk) -> Chunk | None:
+        """The chunk to pass on (possibly with completed tool calls instead of deltas), or None."""
+        if chunk.role is not None:
+            if self._sent_role:
+                chunk.role = None  # a continuation's own role chunk: the client already has one
+            self._sent_role = True
+        if chunk.tool_calls:
+            chunk.tool_calls = self._buffer(chunk.tool_calls)
+        if chunk.finish_reason is not None:
+            chunk.tool_calls += self._release(None)
+        if chunk.content:
+            self._text.append(chunk.content)
+            self.content_chunks += 1
+        self._sent_reasoning = self._sent_reasoning or bool(chunk.reasoning)
+        self._sent_tool_calls = self._sent_tool_calls or bool(chunk.tool_calls)
+        if not (chunk.carries_output or chunk.role or chunk.usage or chunk.delta_extra or chunk.choice_extra):
+            return None
+        self.started = self.started or chunk.carries_output
+        return chunk
+
+    def flush(self) -> Chunk | None:
+        """Tool calls still held when the upstream finished without a finish_reason."""
+        calls = self._release(None)
+        if not calls:
+            return None
+        self._sent_tool_calls = True
+        return Chunk(tool_calls=calls)
+
+    def discard_pending(self) -> None:
+        """The attempt failed: half-received tool calls are never sent."""
+        self._pending.clear()
+
+    def _buffer(self, deltas: list[ToolCallDelta]) -> list[ToolCallDelta]:
+        complete: list[ToolCallDelta] = []
+        for delta in deltas:
+            # Calls stream one after another: a delta for index i completes every call before it.
+            complete += self._release(delta.index)
+            held = self._pending.get(delta.index)
+            if held is None:
+                self._pending[delta.index] = ToolCallDelta(delta.index, delta.id, delta.name, delta.arguments)
+                continue
+            held.id = held.id or delta.id
+            held.name = (held.name or "") + (delta.name or "") if delta.name else held.name
+            held.arguments += delta.arguments
+        return complete
+
+    def _release(self, below: int | None) -> list[ToolCallDelta]:
+        ready = sorted(i for i in self._pending if below is None or i < below)
+        return [self._pending.pop(i) for i in ready]

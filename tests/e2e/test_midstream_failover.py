@@ -1,0 +1,158 @@
+"""Mid-stream failover: whatever breaks after the first token, the client's text is the text of an
+uninterrupted run, character for character, with one completion id and no error."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from gateway.cli.processes import Announced
+from tests.procs import Gateway, deployment, gateway_config, reset, running_gateway, set_faults, start_sim
+
+MAX_TOKENS = 36
+BODY = {
+    "model": "sim-model",
+    "messages": [{"role": "user", "content": "a long answer, please"}],
+    "max_tokens": MAX_TOKENS,
+    "stream": True,
+    "stream_options": {"include_usage": True},
+}
+SLOW_ENOUGH_TO_KILL = ["--tpot-ms", "8"]  # the kill must land while the backend is still streaming
+
+
+def uninterrupted_text(sim: Announced) -> str:
+    reply = httpx.post(f"{sim.url}/v1/chat/completions", json={**BODY, "stream": False}, timeout=10)
+    return str(reply.json()["choices"][0]["message"]["content"])
+
+
+def events_of(lines: list[str]) -> list[Any]:
+    return [
+        orjson.loads(line[6:]) if line != "data: [DONE]" else "[DONE]" for line in lines if line.startswith("data: ")
+    ]
+
+
+def assembled(events: list[Any]) -> str:
+    return "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e != "[DONE]" and e.get("choices"))
+
+
+def check_one_clean_stream(events: list[Any], expected: str) -> None:
+    assert events[-1] == "[DONE]"
+    assert not any(isinstance(e, dict) and "error" in e for e in events), events
+    assert assembled(events) == expected
+    assert len({e["id"] for e in events if e != "[DONE]"}) == 1
+    roles = [e for e in events if e != "[DONE]" and e["choices"] and "role" in e["choices"][0]["delta"]]
+    assert len(roles) == 1
+    assert events[-2]["usage"]["completion_tokens"] >= MAX_TOKENS
+
+
+@pytest.fixture(scope="module")
+def fallback() -> Iterator[Announced]:
+    sim = start_sim()
+    try:
+        yield sim
+    finally:
+        sim.stop()
+
+
+@pytest.fixture
+def sims(fallback: Announced) -> Iterator[tuple[Announced, Announced]]:
+    primary = start_sim(*SLOW_ENOUGH_TO_KILL)
+    reset(fallback)
+    try:
+        yield primary, fallback
+    finally:
+        primary.stop()
+
+
+def failover_config(
+    primary_url: str, fallback: Announced, primary_continuation: str = "vllm", **fallback_overrides: Any
+) -> dict[str, Any]:
+    first = {
+        "name": "primary",
+        "api_base": f"{primary_url}/v1",
+        "model": "sim-model",
+        "continuation": primary_continuation,
+        "timeouts": {"connect_s": 1, "first_token_s": 2, "stall_s": 0.5},
+    }
+    return gateway_config(
+        first,
+        deployment("fallback", fallback, priority=1, **fallback_overrides),
+        routing={"breaker": {"failure_threshold": 1000}},
+    )
+
+
+def stream_killing_at(gateway: Gateway, primary: Announced, kill_after: int) -> list[Any]:
+    """Stream through the gateway and SIGKILL the serving backend once `kill_after` tokens arrived."""
+    lines, tokens = [], 0
+    with httpx.stream(
+        "POST", f"{gateway.url}/v1/chat/completions", json=BODY, headers=gateway.headers(), timeout=20
+    ) as reply:
+        for line in reply.iter_lines():
+            lines.append(line)
+            if line.startswith("data: {") and '"content":"' in line and '"content":""' not in line:
+                tokens += 1
+                if tokens == kill_after:
+                    os.kill(primary.process.pid, signal.SIGKILL)
+    return events_of(lines)
+
+
+def test_backend_sigkilled_at_30_positions_never_changes_the_text(tmp_path: Path, fallback: Announced) -> None:
+    positions = sorted(random.Random(20261129).sample(range(1, MAX_TOKENS - 2), 30))
+    expected = uninterrupted_text(fallback)
+    primary = start_sim(*SLOW_ENOUGH_TO_KILL)
+    port = int(primary.url.rsplit(":", 1)[1])
+    try:
+        with running_gateway(tmp_path, failover_config(primary.url, fallback)) as gateway:
+            for k in positions:
+                events = stream_killing_at(gateway, primary, k)
+                check_one_clean_stream(events, expected)
+                primary.process.wait(10)
+                primary.stop()
+                primary = start_sim(*SLOW_ENOUGH_TO_KILL, port=port)  # same port: the gateway's config
+    finally:
+        primary.stop()
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [{"stall_after": 7}, {"malformed_after": 7}, {"inband_error_after": 7}, {"cut_after": 7}],
+    ids=["stall", "malformed chunk", "in-band error", "connection cut"],
+)
+def test_mid_stream_fault_is_continued_by_the_fallback(
+    tmp_path: Path, sims: tuple[Announced, Announced], fault: dict[str, int]
+) -> None:
+    primary, fallback = sims
+    expected = uninterrupted_text(fallback)
+    set_faults(primary, **fault)
+    with running_gateway(tmp_path, failover_config(primary.url, fallback)) as gateway:
+        reply = httpx.post(f"{gateway.url}/v1/chat/completions", json=BODY, headers=gateway.headers(), timeout=20)
+        collected = httpx.post(
+            f"{gateway.url}/v1/chat/completions", json={**BODY, "stream": False}, headers=gateway.headers(), timeout=20
+        )
+    check_one_clean_stream(events_of(reply.text.splitlines()), expected)
+    assert collected.status_code == 200
+    assert collected.json()["choices"][0]["message"]["content"] == expected
+
+
+def test_fallback_that_cannot_continue_ends_with_an_in_band_error(
+    tmp_path: Path, sims: tuple[Announced, Announced]
+) -> None:
+    primary, fallback = sims
+    set_faults(primary, cut_after=5)
+    config = failover_config(primary.url, fallback, primary_continuation="none", continuation="none")
+    with running_gateway(tmp_path, config) as gateway:
+        reply = httpx.post(f"{gateway.url}/v1/chat/completions", json=BODY, headers=gateway.headers(), timeout=20)
+    events = events_of(reply.text.splitlines())
+    assert reply.status_code == 200
+    assert events[-1] == "[DONE]"
+    assert events[-2]["error"]["type"] == "service_unavailable"
+    assert "continue" in events[-2]["error"]["message"]
+    assert len(assembled(events).split()) == 5
