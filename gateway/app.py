@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import uuid
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
@@ -23,6 +24,7 @@ from gateway.http.errors import install_error_handlers
 from gateway.http.health import HealthApi
 from gateway.http.openai_api import OpenAIApi
 from gateway.http.requests import ParseRequest
+from gateway.http.sessions_api import SessionsApi
 from gateway.keys import KeyService
 from gateway.pipeline import Call, Meter, ResolveModel, Stage, compose
 from gateway.quota import Admit
@@ -30,6 +32,7 @@ from gateway.routing.deployment import Deployment
 from gateway.routing.health import HealthMonitor
 from gateway.routing.router import ModelGroup, Router
 from gateway.routing.strategies import STRATEGIES
+from gateway.sessions import AppendHistory, AssignSession, SessionManager
 from gateway.settings import Settings
 from gateway.store.base import Store
 from gateway.store.factory import open_store
@@ -73,25 +76,39 @@ def create_app(settings: Settings) -> FastAPI:
     keys = KeyService(store, audit, on_change=authenticator.forget)
     quota = Admit(store, settings.quota)
     model_names = [m.name for m in settings.models]
+    audit_requests = AuditRequests(audit, capture=settings.audit.capture)
 
     stages: list[Stage] = [
-        AuditRequests(audit, capture=settings.audit.capture),  # outermost: refusals are recorded too
+        audit_requests,  # outermost: refusals are recorded too
         Authenticate(authenticator),
+        AssignSession(),
         ParseRequest(settings.server.max_body_bytes),
+        AppendHistory(store),
         ResolveModel(model_names),
         quota,
         Meter(),
     ]
     pipeline = compose(stages, Call(router))
+    # Taking over a dead replica's session: the caller was authenticated and admitted already.
+    takeover = compose([audit_requests, Meter()], Call(router))
+    sessions = (
+        SessionManager(store, settings.sessions, f"replica-{uuid.uuid4().hex[:12]}", takeover)
+        if settings.sessions.enabled
+        else None
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         audit.start()
         health.start()
+        if sessions is not None:
+            sessions.start_checkpoints()
         try:
             yield
         finally:
             await health.stop()
+            if sessions is not None:
+                await sessions.stop()
             await quota.drain()
             await audit.stop()
             for deployment in deployments:
@@ -109,8 +126,10 @@ def create_app(settings: Settings) -> FastAPI:
     app = FastAPI(
         title="agent-gateway", lifespan=lifespan, docs_url=None, redoc_url=None, telemetry=no_fastapi_telemetry
     )
-    openai_api = OpenAIApi(pipeline, authenticator, model_names, settings.server.max_body_bytes)
+    openai_api = OpenAIApi(pipeline, authenticator, sessions, model_names, settings.server.max_body_bytes)
     app.router.routes.extend(openai_api.routes())
+    if sessions is not None:
+        app.router.routes.extend(SessionsApi(sessions, authenticator).routes())
     app.router.routes.extend(HealthApi(router, store, settings.quota.on_store_error).routes())
     app.include_router(build_admin_router(authenticator, keys, store))
     install_error_handlers(app)

@@ -47,7 +47,8 @@ class RequestContext:
     estimated_prompt_tokens: int = 0
     quota_note: str | None = None  # set when quotas were not enforced (store down, fail-open)
     response_headers: dict[str, str] = field(default_factory=dict)
-    completion_text: list[str] = field(default_factory=list)  # only filled in audit capture mode
+    completion_text: list[str] = field(default_factory=list)  # the assistant text, for audit digests
+    resume: tuple[str, int] | None = None  # (text, chunks) already sent, when taking a session over
 
 
 class Stage(Protocol):
@@ -111,4 +112,4 @@ class Call:
         self._router = router
 
     def __call__(self, ctx: RequestContext) -> AsyncGenerator[Chunk, None]:
-        return self._router.stream(ctx.model, ctx.body, ctx.route)
+        return self._router.stream(ctx.model, ctx.body, ctx.route, resume=ctx.resume)

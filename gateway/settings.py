@@ -196,8 +196,25 @@ class AuditSettings(Frozen):
     flush_interval_s: Seconds = 0.05
 
 
+class DisconnectPolicy(StrEnum):
+    CONTINUE = "continue"  # generation goes on and stays resumable
+    CANCEL = "cancel"  # generation stops with the last reader
+
+
+class SessionSettings(Frozen):
+    """Checkpoints of streamed responses, for resume and replica failover."""
+
+    enabled: bool = True
+    checkpoint_every_events: int = Field(default=16, ge=1)
+    checkpoint_interval_s: Seconds = 0.1
+    resume_ttl_s: Seconds = Field(default=600.0, description="how long a session stays resumable")
+    lease_ttl_s: Seconds = Field(default=5.0, description="a dead replica's streams are taken over after this")
+    on_client_disconnect: DisconnectPolicy = DisconnectPolicy.CONTINUE
+
+
 class Settings(Frozen):
     server: ServerSettings = ServerSettings()
+    sessions: SessionSettings = SessionSettings()
     auth: AuthSettings = AuthSettings()
     quota: QuotaSettings = QuotaSettings()
     audit: AuditSettings = AuditSettings()

@@ -145,6 +145,14 @@ class Completion:
     def content(self) -> str:
         return "".join(self._content)
 
+    def message(self, resumed: tuple[str, int] | None = None) -> dict[str, Any]:
+        """The assistant message, for a transcript; `resumed` text (a takeover) goes in front."""
+        content = (resumed[0] if resumed else "") + self.content
+        message: dict[str, Any] = {"role": "assistant", "content": content or None}
+        if self._tool_calls:
+            message["tool_calls"] = [self._tool_calls[i] for i in sorted(self._tool_calls)]
+        return message
+
     def render(self, completion_id: str, created: int, model: str, usage: Usage | None) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": self.content if self._content else None}
         if self._reasoning:

@@ -1,22 +1,39 @@
 """The fast path: any server that speaks OpenAI chat completions (vLLM, SGLang, llama.cpp, OpenAI).
 
-One `httpx.AsyncClient` per deployment keeps connections warm. The upstream is always asked to
-stream with usage, whatever the client asked for: one code path, a first-token deadline and stall
-detection that mean something, and usage for quota settlement. httpx's own read timeout is off;
-deadlines are enforced around each read with one rescheduled `asyncio.Timeout`, and disarmed
-while the chunk is with the consumer so that a slow client is never mistaken for a slow upstream.
+The upstream is always asked to stream with usage, whatever the client asked for: one code path,
+a first-token deadline and stall detection that mean something, and usage for quota settlement.
+
+Requests go through `http_transport`, a small keep-alive HTTP/1.1 client that costs a fraction of
+httpx per request; httpx stays for probes and for what that client does not do (proxies from the
+environment, URLs with credentials or a query, a client handed in). Either way, deadlines are
+enforced around each wait on the network and disarmed while a chunk is with the consumer, so
+that a slow client is never mistaken for a slow upstream.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Any
+import collections
+import contextlib
+import math
+import urllib.request
+from collections.abc import AsyncGenerator
+from typing import Any, Protocol
+from urllib.parse import SplitResult, urlsplit
 
 import httpx
 import orjson
 
 from gateway.backends.base import BackendRequest, Chunk
+from gateway.backends.http_transport import (
+    ConnectFailed,
+    ConnectionBroken,
+    ConnectionPool,
+    ConnectTimedOut,
+    Origin,
+    RequestTemplate,
+    TransportError,
+)
 from gateway.errors import (
     UpstreamConnectError,
     UpstreamError,
@@ -30,6 +47,23 @@ from gateway.wire import chunk_from_openai
 
 _DONE = b"[DONE]"
 _MAX_ERROR_BODY = 16 * 1024
+# After [DONE], httpx reads the body's end inline, which holds up the end of the answer: only as
+# long as a prompt final chunk takes. (The transport drains in the background, within stall_s.)
+_INLINE_DRAIN_S = 1.0
+# A timer may fire a hair before its time (uvloop counts in milliseconds): that is on time.
+_TIMER_SLACK_S = 0.001
+
+
+class _Upstream(Protocol):
+    """One response being read: the transport's, or httpx's behind `_HttpxResponse`."""
+
+    status: int
+
+    def header(self, name: str) -> str | None: ...
+
+    async def receive(self) -> bytes: ...
+
+    async def aclose(self, drain_s: float | None = None) -> None: ...
 
 
 class OpenAICompatBackend:
@@ -52,45 +86,66 @@ class OpenAICompatBackend:
                 max_keepalive_connections=deployment.max_inflight,
             ),
         )
+        # A client handed in (tests, custom transports) is used for everything.
+        self._direct = None if client is not None else _direct_route(deployment, headers)
 
     async def stream(self, request: BackendRequest) -> AsyncGenerator[Chunk, None]:
         body = {**request.body, "stream": True}
         body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
         deadline = _Deadline(self._timeouts.first_token_s, self._timeouts.stall_s)
-        upstream = self._client.build_request(
-            "POST", "/chat/completions", content=orjson.dumps(body), headers=_json_headers(request)
-        )
         try:
-            async with deadline.running():
-                response = await self._client.send(upstream, stream=True)
+            upstream = await self._send(orjson.dumps(body), request.headers, deadline)
+            done = False
             try:
-                if response.status_code != 200:
-                    raise await self._status_error(response)
-                async for data in _sse_data(response, deadline):
+                if upstream.status != 200:
+                    raise await self._status_error(upstream)
+                events = _SSEData(upstream, deadline)
+                while (data := await events.next()) is not None:
                     if data == _DONE:
-                        return
+                        done = True
+                        break
                     chunk = self._parse(data)
                     if chunk.carries_output:
                         deadline.got_output()
                     yield chunk
             finally:
-                await response.aclose()
-            raise UpstreamProtocolError("stream ended before [DONE]", deployment=self.name)
-        except TimeoutError:
+                # After [DONE] the body's end is read, so that the connection serves again; an
+                # unfinished answer closes it, which is also what stops the upstream generating.
+                await upstream.aclose(self._timeouts.stall_s if done else None)
+            if not done:
+                raise UpstreamProtocolError("stream ended before [DONE]", deployment=self.name)
+        except (TimeoutError, TransportError, httpx.HTTPError) as exc:
+            raise self._translate(exc, deadline) from None
+        finally:
+            deadline.cancel()
+
+    async def _send(self, payload: bytes, headers: dict[str, str], deadline: _Deadline) -> _Upstream:
+        if self._direct is not None:
+            pool, template = self._direct
+            data = template.render(payload, headers)
+            return await pool.request(data, deadline.wait, deadline.when)
+        upstream = self._client.build_request(
+            "POST", "/chat/completions", content=payload, headers=_json_headers(headers)
+        )
+        async with deadline.running():
+            response = await self._client.send(upstream, stream=True)
+        return _HttpxResponse(response, deadline)
+
+    def _translate(self, exc: Exception, deadline: _Deadline) -> Exception:
+        if isinstance(exc, TimeoutError):
             limit = self._timeouts.stall_s if deadline.phase == "stall" else self._timeouts.first_token_s
-            raise UpstreamTimeout(
+            return UpstreamTimeout(
                 f"no {deadline.phase.replace('_', ' ')} within {limit:g}s",
                 deployment=self.name,
                 phase=deadline.phase,
-            ) from None
-        except httpx.TimeoutException as exc:
-            raise UpstreamTimeout(
-                f"connect timeout: {exc!r}", deployment=self.name, phase="connect"
-            ) from None
-        except httpx.ConnectError as exc:
-            raise UpstreamConnectError(f"cannot connect: {exc!r}", deployment=self.name) from None
-        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
-            raise UpstreamProtocolError(f"stream cut: {exc!r}", deployment=self.name) from None
+            )
+        if isinstance(exc, ConnectTimedOut | httpx.TimeoutException):
+            return UpstreamTimeout(f"connect timeout: {exc!r}", deployment=self.name, phase="connect")
+        if isinstance(exc, ConnectFailed | httpx.ConnectError):
+            return UpstreamConnectError(f"cannot connect: {exc!r}", deployment=self.name)
+        if isinstance(exc, ConnectionBroken | httpx.RemoteProtocolError | httpx.ReadError | httpx.WriteError):
+            return UpstreamProtocolError(f"stream cut: {exc!r}", deployment=self.name)
+        return exc  # any other httpx error is not the upstream's doing: it goes up as it is
 
     def _parse(self, data: bytes) -> Chunk:
         try:
@@ -104,22 +159,18 @@ class OpenAICompatBackend:
         try:
             return chunk_from_openai(payload)
         except (KeyError, TypeError, ValueError) as exc:
-            raise UpstreamProtocolError(
-                f"malformed chunk ({exc}): {data[:200]!r}", deployment=self.name
-            ) from None
+            raise UpstreamProtocolError(f"malformed chunk ({exc}): {data[:200]!r}", deployment=self.name) from None
 
-    async def _status_error(self, response: httpx.Response) -> UpstreamError:
+    async def _status_error(self, response: _Upstream) -> UpstreamError:
         body = b""
-        async for part in response.aiter_bytes():
+        while len(body) <= _MAX_ERROR_BODY and (part := await response.receive()):
             body += part
-            if len(body) > _MAX_ERROR_BODY:
-                break
         message = _error_message(_loads_or_none(body)) or body[:500].decode("utf-8", "replace")
         return UpstreamStatusError(
-            f"upstream answered {response.status_code}: {message}",
+            f"upstream answered {response.status}: {message}",
             deployment=self.name,
-            upstream_status=response.status_code,
-            retry_after_s=_retry_after(response.headers.get("retry-after")),
+            upstream_status=response.status,
+            retry_after_s=_retry_after(response.header("retry-after")),
         )
 
     async def probe(self) -> None:
@@ -138,55 +189,158 @@ class OpenAICompatBackend:
             )
 
     async def aclose(self) -> None:
+        if self._direct is not None:
+            await self._direct[0].aclose()
         await self._client.aclose()
 
 
 class _Deadline:
-    """The first-token deadline, then a stall deadline re-armed after every chunk.
+    """The first-token deadline, then a stall deadline re-armed whenever the consumer asks for more.
 
-    Each wait on the network gets its own short-lived `asyncio.timeout`, entered and left inside
-    one await: the stream may be consumed from more than one task (the HTTP layer peeks the first
-    chunk before the response starts), and the time a chunk spends with the consumer must never
-    count against the upstream.
+    One loop timer per request rather than one `asyncio.timeout` per read: re-arming only moves
+    `when`, and a timer that fires early (the deadline moved on) sets itself again. It fails the
+    future the transport is waiting on, whichever task awaits it: the stream may be consumed from
+    more than one task (the HTTP layer peeks the first chunk before the response starts). Between
+    waits nothing can fail, so the time a chunk spends with the consumer never counts.
     """
 
     def __init__(self, first_token_s: float, stall_s: float) -> None:
         self._loop = asyncio.get_running_loop()
         self._stall_s = stall_s
-        self._when = self._loop.time() + first_token_s
+        self.when = self._loop.time() + first_token_s
         self.phase = "first_token"
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = math.inf
+        self._waiting: asyncio.Future[None] | None = None
 
     def running(self) -> asyncio.Timeout:
-        return asyncio.timeout_at(self._when)
+        """The same deadline as a scope, for httpx's awaits: entered and left within one await."""
+        return asyncio.timeout_at(self.when)
 
     def got_output(self) -> None:
         self.phase = "stall"
 
     def rearm(self) -> None:
         if self.phase == "stall":
-            self._when = self._loop.time() + self._stall_s
+            self.when = self._loop.time() + self._stall_s
 
-
-async def _sse_data(response: httpx.Response, deadline: _Deadline) -> AsyncIterator[bytes]:
-    """Yield the payload of each `data:` line of an SSE body."""
-    buffer = b""
-    chunks = response.aiter_bytes()  # decoded: an upstream may compress its SSE
-    while True:
+    async def wait(self, future: asyncio.Future[None]) -> None:
+        """Await `future`; at the deadline it fails with TimeoutError."""
+        if self._timer_at > self.when:  # no timer, or one set for a later deadline
+            self._arm()
+        self._waiting = future
         try:
-            async with deadline.running():
-                part = await anext(chunks)
-        except StopAsyncIteration:
+            await future
+        finally:
+            self._waiting = None
+
+    def _arm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self._loop.call_at(self.when, self._expire)
+        self._timer_at = self.when
+
+    def _expire(self) -> None:
+        self._timer, self._timer_at = None, math.inf
+        future = self._waiting
+        if future is None or future.done():
+            return  # nothing is waiting: the next wait arms the timer again
+        if self._loop.time() + _TIMER_SLACK_S < self.when:
+            self._arm()
             return
-        buffer += part
-        *lines, buffer = buffer.split(b"\n")
-        for line in lines:
-            if line.startswith(b"data:"):  # skips comments (keep-alives), event names, separators
-                yield line[5:].strip()
-        deadline.rearm()
+        future.set_exception(TimeoutError())
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
 
-def _json_headers(request: BackendRequest) -> dict[str, str]:
-    return {"content-type": "application/json", "accept": "text/event-stream", **request.headers}
+class _SSEData:
+    """The payload of each `data:` line of an SSE body, read from the network only as needed."""
+
+    def __init__(self, body: _Upstream, deadline: _Deadline) -> None:
+        self._body = body
+        self._deadline = deadline
+        self._lines: collections.deque[bytes] = collections.deque()
+        self._partial = b""
+        self._started = False
+
+    async def next(self) -> bytes | None:
+        """The next payload; None once the body has ended."""
+        lines = self._lines
+        while True:
+            while lines:
+                line = lines.popleft()
+                if line.startswith(b"data:"):  # skips comments (keep-alives), event names, separators
+                    return line[5:].strip()
+            if self._started:
+                self._deadline.rearm()  # the consumer is back: the stall clock starts from now
+            self._started = True
+            part = await self._body.receive()
+            if not part:
+                return None
+            *complete, self._partial = (self._partial + part).split(b"\n")
+            lines.extend(complete)
+
+
+class _HttpxResponse:
+    """An httpx response behind the transport's response interface, read within the deadline."""
+
+    def __init__(self, response: httpx.Response, deadline: _Deadline) -> None:
+        self.status = response.status_code
+        self._response = response
+        self._deadline = deadline
+        self._parts = response.aiter_bytes()  # decoded: an upstream may compress its SSE
+
+    def header(self, name: str) -> str | None:
+        return self._response.headers.get(name)
+
+    async def receive(self) -> bytes:
+        async with self._deadline.running():
+            return await anext(self._parts, b"")
+
+    async def aclose(self, drain_s: float | None = None) -> None:
+        if drain_s is not None:
+            # Read to the end so that httpcore keeps the connection (it drops an unread one).
+            with contextlib.suppress(httpx.HTTPError, TimeoutError):
+                async with asyncio.timeout(min(drain_s, _INLINE_DRAIN_S)):
+                    async for _ in self._parts:
+                        pass
+        await self._response.aclose()
+
+
+def _direct_route(
+    deployment: DeploymentSettings, headers: dict[str, str]
+) -> tuple[ConnectionPool, RequestTemplate] | None:
+    """The transport's pool and request for this deployment, or None where httpx must do it."""
+    url = urlsplit(str(deployment.api_base))
+    if url.scheme not in ("http", "https") or not url.hostname or url.username or url.password:
+        return None
+    if url.query or url.fragment or _proxied(url):
+        return None
+    tls = None
+    if url.scheme == "https":
+        tls = httpx.create_ssl_context()  # the trust store httpx would use (certifi, SSL_CERT_FILE)
+        tls.set_alpn_protocols(["http/1.1"])
+    origin = Origin(url.hostname, url.port or (443 if tls else 80), tls)
+    pool = ConnectionPool(
+        origin, max_connections=deployment.max_inflight, connect_timeout_s=deployment.timeouts.connect_s
+    )
+    fixed = {**headers, **_json_headers({}), "accept-encoding": "gzip, deflate", "user-agent": "agent-gateway"}
+    return pool, RequestTemplate("POST", url.path.rstrip("/") + "/chat/completions", url.netloc, fixed)
+
+
+def _proxied(url: SplitResult) -> bool:
+    """Whether the environment sends this URL through a proxy, as httpx (trust_env) would."""
+    proxies = urllib.request.getproxies_environment()
+    if not (proxies.get(url.scheme) or proxies.get("all")):
+        return False
+    return not urllib.request.proxy_bypass_environment(url.hostname or "", proxies)
+
+
+def _json_headers(headers: dict[str, str]) -> dict[str, str]:
+    return {"content-type": "application/json", "accept": "text/event-stream", **headers}
 
 
 def _loads_or_none(body: bytes) -> Any:

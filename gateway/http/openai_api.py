@@ -25,6 +25,7 @@ from gateway.http.errors import gateway_error_body, gateway_error_response
 from gateway.http.requests import read_json_body
 from gateway.pipeline import Handler, RequestContext
 from gateway.principal import Scope
+from gateway.sessions import SessionManager
 from gateway.wire import ChunkRenderer, Completion, dumps
 
 log = logging.getLogger(__name__)
@@ -34,10 +35,16 @@ _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 class OpenAIApi:
     def __init__(
-        self, pipeline: Handler, authenticator: Authenticator, models: Sequence[str], max_body_bytes: int
+        self,
+        pipeline: Handler,
+        authenticator: Authenticator,
+        sessions: SessionManager | None,
+        models: Sequence[str],
+        max_body_bytes: int,
     ) -> None:
         self._pipeline = pipeline
         self._authenticator = authenticator
+        self._sessions = sessions
         self._models = list(models)
         self._max_body_bytes = max_body_bytes
 
@@ -61,13 +68,15 @@ class OpenAIApi:
             await chunks.aclose()
             raise
         headers = {"X-Request-Id": ctx.request_id, **ctx.response_headers}
-        if ctx.stream:
-            return StreamingResponse(
-                _sse_stream(ctx, first, chunks),
-                media_type="text/event-stream",
-                headers={**_SSE_HEADERS, **headers},
-            )
-        return await _collect(ctx, first, chunks, headers)
+        if not ctx.stream:
+            return await _collect(ctx, first, chunks, headers, self._sessions)
+        if self._sessions is None:
+            frames = _sse_stream(ctx, first, chunks)
+        else:
+            # The response is generated in its own task, so it survives this connection.
+            live = await self._sessions.start(ctx, _rest(first, chunks))
+            frames = self._sessions.frames(live, after_seq=0)
+        return StreamingResponse(frames, media_type="text/event-stream", headers={**_SSE_HEADERS, **headers})
 
     async def list_models(self, request: Request) -> Response:
         principal = await self._authenticator.authenticate(request.headers)
@@ -80,11 +89,12 @@ class OpenAIApi:
         return Response(dumps({"object": "list", "data": data}), media_type="application/json")
 
 
-async def _rest(first: Chunk | None, chunks: AsyncGenerator[Chunk, None]) -> AsyncIterator[Chunk]:
-    if first is not None:
-        yield first
-    async for chunk in chunks:
-        yield chunk
+async def _rest(first: Chunk | None, chunks: AsyncGenerator[Chunk, None]) -> AsyncGenerator[Chunk, None]:
+    async with contextlib.aclosing(chunks):
+        if first is not None:
+            yield first
+        async for chunk in chunks:
+            yield chunk
 
 
 async def _sse_stream(
@@ -107,7 +117,11 @@ async def _sse_stream(
 
 
 async def _collect(
-    ctx: RequestContext, first: Chunk | None, chunks: AsyncGenerator[Chunk, None], headers: dict[str, str]
+    ctx: RequestContext,
+    first: Chunk | None,
+    chunks: AsyncGenerator[Chunk, None],
+    headers: dict[str, str],
+    sessions: SessionManager | None,
 ) -> Response:
     completion = Completion()
     async with contextlib.aclosing(chunks):
@@ -117,4 +131,6 @@ async def _collect(
         except GatewayError as error:
             return gateway_error_response(error)
     body = completion.render(ctx.completion_id, ctx.created, ctx.model, ctx.usage)
+    if sessions is not None:
+        sessions.remember(ctx, completion.message())
     return Response(dumps(body), media_type="application/json", headers=headers)

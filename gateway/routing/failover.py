@@ -38,12 +38,13 @@ class Interrupted(Exception):
 
 
 class StreamProgress:
-    def __init__(self, body: dict[str, Any]) -> None:
+    def __init__(self, body: dict[str, Any], resume: tuple[str, int] | None = None) -> None:
         self._body = body
-        self._text: list[str] = []
-        self.content_chunks = 0  # a chunk is a token on vLLM-style servers: the max_tokens bookkeeping unit
-        self.started = False  # the client has received output
-        self._sent_role = False
+        text, chunks = resume or ("", 0)
+        self._text: list[str] = [text] if text else []
+        self.content_chunks = chunks  # a chunk is a token on vLLM-style servers: the max_tokens unit
+        self.started = resume is not None  # the client has received output
+        self._sent_role = resume is not None
         self._sent_tool_calls = False
         self._sent_reasoning = False
         self._pending: dict[int, ToolCallDelta] = {}

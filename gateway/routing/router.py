@@ -100,14 +100,17 @@ class Router:
         self._rng = rng or random.Random()
         self._clock = clock
 
-    async def stream(self, model: str, body: dict[str, Any], log: RouteLog) -> AsyncGenerator[Chunk, None]:
+    async def stream(
+        self, model: str, body: dict[str, Any], log: RouteLog, resume: tuple[str, int] | None = None
+    ) -> AsyncGenerator[Chunk, None]:
         """The answer for `body` from the best deployments of `model`, as one uninterrupted stream.
 
         Failures before the first output are retried (`_serve`); a failure after it is handed to
         the next deployment that can continue the partial answer, up to `max_failovers` times.
+        `resume` is the (text, chunks) a client already has when a session is taken over.
         """
         group = self.groups[model]
-        progress = StreamProgress(body)
+        progress = StreamProgress(body, resume)
         avoid: set[str] = set()
         while True:
             try:

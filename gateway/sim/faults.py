@@ -84,9 +84,7 @@ def parse_fault_fields(text: str) -> dict[str, str | None]:
         key, sep, value = item.partition("=")
         key = key.strip().lower().replace("-", "_")
         if not sep or key not in FAULT_FIELDS:
-            raise FaultError(
-                f"bad fault item {item!r}: expected key=value with key in {sorted(FAULT_FIELDS)}"
-            )
+            raise FaultError(f"bad fault item {item!r}: expected key=value with key in {sorted(FAULT_FIELDS)}")
         value = value.strip()
         fields[key] = None if value.lower() in ("", "none", "null") else value
     return fields

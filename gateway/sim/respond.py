@@ -76,9 +76,7 @@ class _Pacer:
 
     def total(self, steps: int) -> float:
         """Seconds until `steps` emissions would be done, for replies sent in one piece."""
-        return max(0.0, self._due - self._loop.time()) + sum(
-            self._state.token_delay(self._slow) for _ in range(steps)
-        )
+        return max(0.0, self._due - self._loop.time()) + sum(self._state.token_delay(self._slow) for _ in range(steps))
 
 
 class ChatResponse:

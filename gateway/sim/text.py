@@ -89,9 +89,7 @@ def generate_tokens(model: str, messages: Sequence[Message], max_tokens: int | N
     return tokens_from_digest(seed_digest(model, messages), max_tokens)
 
 
-def continue_tokens(
-    model: str, messages: Sequence[Message], prefix: str, max_tokens: int | None = None
-) -> list[str]:
+def continue_tokens(model: str, messages: Sequence[Message], prefix: str, max_tokens: int | None = None) -> list[str]:
     """The tokens that follow `prefix`, a partial assistant reply to `messages`.
 
     `max_tokens` limits the new tokens only, as vLLM counts it for `continue_final_message`. When

@@ -168,6 +168,45 @@ class Store(Protocol):
         """The last record trimmed away (0 and "" if none): where verification starts."""
         ...
 
+    # --- sessions -------------------------------------------------------------------------
+    # A session is the checkpoint of a streamed response: a JSON state, an append-only log of
+    # SSE events numbered from 1, and a lease naming the replica that owns the live stream.
+    # Everything is per tenant: another tenant's session id simply does not exist. State and
+    # events expire together; the lease expires on its own (saving or appending may shorten it
+    # to the session's expiry, never lengthen it). Seqs must be >= 1 and TTLs > 0 (ValueError).
+    async def session_save(self, tenant: str, session_id: str, state: dict[str, Any], ttl_s: float) -> None:
+        """Create or replace the session's state (any JSON object) and refresh the TTL of the
+        whole session (state, events, lease) to `ttl_s` from now."""
+        ...
+
+    async def session_load(self, tenant: str, session_id: str) -> dict[str, Any] | None:
+        """The state last saved, or None (never saved, deleted, or expired). Events appended to
+        a session never saved do not make it loadable: its state stays None until saved."""
+        ...
+
+    async def session_append(self, tenant: str, session_id: str, events: list[tuple[int, bytes]], ttl_s: float) -> None:
+        """Append (seq, payload) events in increasing seq order. Events whose seq is not above the
+        highest stored seq are skipped (a retried flush must not duplicate). Refreshes the TTL.
+        Appending to an expired session starts a new log (seqs from 1 again)."""
+        ...
+
+    async def session_events(self, tenant: str, session_id: str, after_seq: int, limit: int) -> list[tuple[int, bytes]]:
+        """Stored events with seq > after_seq, in order, at most `limit`."""
+        ...
+
+    async def session_claim(self, tenant: str, session_id: str, owner: str, ttl_s: float) -> bool:
+        """Take or renew the live-stream lease: succeeds (and sets it to expire ttl_s from now)
+        when nobody holds it, the holder's lease expired, or `owner` already holds it."""
+        ...
+
+    async def session_release(self, tenant: str, session_id: str, owner: str) -> None:
+        """Drop the lease if `owner` holds it (a finished stream)."""
+        ...
+
+    async def session_delete(self, tenant: str, session_id: str) -> bool:
+        """Remove state, events and lease; True if the session existed (any of them was live)."""
+        ...
+
     # --- lifecycle ------------------------------------------------------------------------
     async def ping(self) -> None:
         """Raise StoreUnavailable if the backing service cannot be reached."""

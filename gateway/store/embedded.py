@@ -1,7 +1,7 @@
 """The default store for one replica with nothing else to run.
 
-Key records and the audit chain live in `<path>/gateway.db` (SQLite, shared safely with CLI
-processes using the same file); quota counters live in this process's memory, which is exact
+Key records, the audit chain and session checkpoints live in `<path>/gateway.db` (SQLite,
+shared safely with CLI processes using the same file); quota counters live in this process's memory, which is exact
 for one replica and is lost on restart (windows are at most a day long).
 """
 
@@ -16,22 +16,28 @@ from typing import Any, TypeVar
 
 from gateway.errors import StoreUnavailable
 from gateway.settings import EmbeddedStoreSettings
+from gateway.store import sqlite_sessions as sessions
 from gateway.store.audit_batch import check_batch
 from gateway.store.base import AdmitRequest, AdmitResult, AuditHead, KeyRecord, QuotaScope, Reservation
 from gateway.store.memory_quota import MemoryQuotas
+from gateway.store.session_batch import check_events, check_ttl
 from gateway.store.sqlite_db import SqliteDb
 
 T = TypeVar("T")
 
 DB_FILE = "gateway.db"
+# Sessions nobody reads again are removed by a later write, at most this often.
+SESSION_PURGE_INTERVAL_S = 60.0
 
 
 class EmbeddedStore:
     def __init__(self, settings: EmbeddedStoreSettings, *, clock: Callable[[], float] = time.time) -> None:
-        """`clock` (unix seconds) drives the quota windows; tests move it."""
+        """`clock` (unix seconds) drives the quota windows and session expiry; tests move it."""
         self.path = settings.path / DB_FILE
         self._db = SqliteDb(self.path)
+        self._clock = clock
         self._quotas = MemoryQuotas(clock)
+        self._next_purge = 0.0
         # Its own thread, so the event loop never waits on the disk or on another process's lock,
         # and a slow disk cannot use up the loop's default executor.
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embedded-store")
@@ -88,6 +94,48 @@ class EmbeddedStore:
 
     async def audit_anchor(self) -> AuditHead:
         return await self._run(lambda db: SqliteDb.audit_mark(db, "anchor"))
+
+    # --- sessions -------------------------------------------------------------------------
+    def _purge_due(self, now: float) -> bool:
+        if now < self._next_purge:
+            return False
+        self._next_purge = now + SESSION_PURGE_INTERVAL_S
+        return True
+
+    async def session_save(self, tenant: str, session_id: str, state: dict[str, Any], ttl_s: float) -> None:
+        check_ttl(ttl_s)
+        now = self._clock()
+        purge = self._purge_due(now)
+        await self._run(lambda db: sessions.save(db, tenant, session_id, state, now, ttl_s, purge=purge))
+
+    async def session_load(self, tenant: str, session_id: str) -> dict[str, Any] | None:
+        now = self._clock()
+        return await self._run(lambda db: sessions.load(db, tenant, session_id, now))
+
+    async def session_append(self, tenant: str, session_id: str, events: list[tuple[int, bytes]], ttl_s: float) -> None:
+        check_ttl(ttl_s)
+        check_events(events)
+        now = self._clock()
+        purge = self._purge_due(now)
+        await self._run(lambda db: sessions.append(db, tenant, session_id, events, now, ttl_s, purge=purge))
+
+    async def session_events(self, tenant: str, session_id: str, after_seq: int, limit: int) -> list[tuple[int, bytes]]:
+        if limit <= 0:
+            return []
+        now = self._clock()
+        return await self._run(lambda db: sessions.events(db, tenant, session_id, after_seq, limit, now))
+
+    async def session_claim(self, tenant: str, session_id: str, owner: str, ttl_s: float) -> bool:
+        check_ttl(ttl_s)
+        now = self._clock()
+        return await self._run(lambda db: sessions.claim(db, tenant, session_id, owner, now, ttl_s))
+
+    async def session_release(self, tenant: str, session_id: str, owner: str) -> None:
+        await self._run(lambda db: sessions.release(db, tenant, session_id, owner))
+
+    async def session_delete(self, tenant: str, session_id: str) -> bool:
+        now = self._clock()
+        return await self._run(lambda db: sessions.delete(db, tenant, session_id, now))
 
     # --- lifecycle ------------------------------------------------------------------------
     async def ping(self) -> None:

@@ -13,15 +13,24 @@ Names carry Redis Cluster hash tags so that each Lua script touches a single slo
     <prefix>:{audit}:stream                  stream one entry per record, id "<seq>-0", field r
     <prefix>:{audit}:head                    hash  seq, hash of the last appended record
     <prefix>:{audit}:anchor                  hash  seq, hash of the last trimmed record
+    <prefix>:{s:<tenant>:<session>}:state    string the session's state (JSON)
+    <prefix>:{s:<tenant>:<session>}:events   stream one entry per SSE event, id "<seq>-0", field e
+    <prefix>:{s:<tenant>:<session>}:lease    string the replica owning the live stream (PX expiry)
 
 A tenant's quota keys share the tag `t:<tenant>`, so one admit for a key and its tenant is one
 script on one slot. The tenant is percent-encoded: a `}` or `:` in its name could otherwise end
 the tag early or make two (tenant, scope) pairs spell the same key. The scope name comes last,
 after a fixed word, so it needs no encoding.
+
+A session's three keys share the tag `s:<tenant>:<session>` (both parts percent-encoded, so no
+two (tenant, session) pairs spell the same tag), so each session script touches one slot. State
+and events always share one expiry; the lease has its own, which saving or appending may cut to
+the session's but never extends (a dead replica's lease must lapse after its own short TTL).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from urllib.parse import quote
 
@@ -82,8 +91,32 @@ def audit_anchor(prefix: str) -> str:
 
 
 def stream_id(seq: int) -> str:
-    """The stream entry id of audit record `seq`: explicit, so XRANGE can start at a seq."""
+    """The stream entry id of audit record or session event `seq`: explicit, so XRANGE can
+    start at a seq."""
     return f"{seq}-0"
+
+
+@dataclass(frozen=True, slots=True)
+class SessionKeys:
+    state: str
+    events: str
+    lease: str
+
+
+def session_keys(prefix: str, tenant: str, session_id: str) -> SessionKeys:
+    base = f"{prefix}:{{s:{quote(tenant, safe='')}:{quote(session_id, safe='')}}}"
+    return SessionKeys(state=f"{base}:state", events=f"{base}:events", lease=f"{base}:lease")
+
+
+def session_ttl_ms(ttl_s: float) -> int:
+    """A session or lease TTL as PEXPIRE/PX milliseconds: rounded up, never 0 (which Redis refuses)."""
+    return max(1, math.ceil(ttl_s * 1000))
+
+
+def event_seq(entry_id: bytes | str) -> int:
+    """The seq of a session event from its stream entry id `<seq>-0`."""
+    raw = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+    return int(raw.partition("-")[0])
 
 
 def all_keys_pattern(prefix: str) -> str:

@@ -1,7 +1,8 @@
 """The store for several replicas: everything in Redis, every multi-key operation one Lua script.
 
-Key names and TTLs are in gateway/store/keys.py, the scripts in gateway/store/lua/. Every
-failure to talk to Redis becomes StoreUnavailable here; nothing redis-specific gets out.
+Key names and TTLs are in gateway/store/keys.py, the scripts in gateway/store/lua/, sessions in
+gateway/store/redis_sessions.py. Every failure to talk to Redis becomes StoreUnavailable
+(redis_common.unavailable); nothing redis-specific gets out.
 
 Failing fast matters more than riding out a blip: the caller decides (fail open or closed),
 so redis-py's own retries are off and every wait is bounded by the configured timeouts. A
@@ -10,18 +11,13 @@ pooled connection that Redis closed is detected and replaced when it is taken fr
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-from importlib import resources
 from typing import Any
 
 import orjson
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import RedisError
 
-from gateway.errors import StoreUnavailable
 from gateway.settings import RedisStoreSettings
 from gateway.store import keys
 from gateway.store.audit_batch import canonical, check_batch
@@ -35,22 +31,12 @@ from gateway.store.base import (
     Reservation,
     ScopeUsage,
 )
+from gateway.store.redis_common import lua, unavailable
+from gateway.store.redis_sessions import RedisSessions
 
 # Requests beyond the pool's size wait this long for a connection before failing.
 POOL_WAIT_S = 1.0
 MAX_CONNECTIONS = 32  # Redis runs one command at a time: more mostly adds connect storms
-
-
-def _lua(name: str) -> str:
-    return resources.files("gateway.store").joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
-
-
-@contextlib.contextmanager
-def _unavailable(operation: str) -> Iterator[None]:
-    try:
-        yield
-    except (RedisError, OSError) as error:
-        raise StoreUnavailable(f"redis: {operation} failed: {error}") from error
 
 
 def _limit(value: int | None) -> str:
@@ -107,12 +93,13 @@ class RedisStore:
         )
         self._redis = Redis.from_pool(pool)
         # register_script only hashes the source: EVALSHA, loading the script when Redis lacks it.
-        self._admit = self._redis.register_script(_lua("admit"))
-        self._settle = self._redis.register_script(_lua("settle"))
-        self._renew = self._redis.register_script(_lua("renew"))
-        self._put_key = self._redis.register_script(_lua("put_key"))
-        self._find_key = self._redis.register_script(_lua("find_key"))
-        self._audit_append = self._redis.register_script(_lua("audit_append"))
+        self._admit = self._redis.register_script(lua("admit"))
+        self._settle = self._redis.register_script(lua("settle"))
+        self._renew = self._redis.register_script(lua("renew"))
+        self._put_key = self._redis.register_script(lua("put_key"))
+        self._find_key = self._redis.register_script(lua("find_key"))
+        self._audit_append = self._redis.register_script(lua("audit_append"))
+        self._sessions = RedisSessions(self._redis, self._prefix)
 
     # --- API keys -------------------------------------------------------------------------
     async def put_key(self, record: KeyRecord) -> None:
@@ -121,17 +108,17 @@ class RedisStore:
             keys.key_digests(self._prefix),
             keys.tenant_key_ids(self._prefix, record.tenant),
         ]
-        with _unavailable("put_key"):
+        with unavailable("put_key"):
             await self._put_key(keys=names, args=[record.id, record.digest, orjson.dumps(record.to_dict())])
 
     async def get_key(self, key_id: str) -> KeyRecord | None:
-        with _unavailable("get_key"):
+        with unavailable("get_key"):
             raw = await self._redis.hget(keys.key_records(self._prefix), key_id)
         return None if raw is None else KeyRecord.from_dict(orjson.loads(raw))
 
     async def find_key(self, digest: str) -> KeyRecord | None:
         names = [keys.key_records(self._prefix), keys.key_digests(self._prefix)]
-        with _unavailable("find_key"):
+        with unavailable("find_key"):
             raw = await self._find_key(keys=names, args=[digest])
         record = None if raw is None else KeyRecord.from_dict(orjson.loads(raw))
         return record if record is not None and record.digest == digest else None
@@ -139,7 +126,7 @@ class RedisStore:
     async def list_keys(self, tenant: str | None) -> list[KeyRecord]:
         records = keys.key_records(self._prefix)
         raw: list[bytes | str | None] = []
-        with _unavailable("list_keys"):
+        with unavailable("list_keys"):
             if tenant is None:
                 raw = list(await self._redis.hvals(records))
             else:
@@ -165,7 +152,7 @@ class RedisStore:
             names += [scope_keys.requests, scope_keys.tokens, scope_keys.daily, scope_keys.leases]
             limits = scope.limits
             args += [scope.name, *map(_limit, (limits.rpm, limits.tpm, limits.daily_tokens, limits.max_concurrency))]
-        with _unavailable("admit"):
+        with unavailable("admit"):
             raw = await self._admit(keys=names, args=args)
         return _admit_result(orjson.loads(raw), request)
 
@@ -178,17 +165,17 @@ class RedisStore:
             names += [scope_keys.tokens, scope_keys.daily, scope_keys.leases]
         delta = used_tokens - reservation.tokens
         args: list[str | int] = [WINDOW_S, reservation.lease_id, reservation.second, reservation.day, delta]
-        with _unavailable("settle"):
+        with unavailable("settle"):
             await self._settle(keys=names, args=args)
 
     async def renew_lease(self, tenant: str, scopes: tuple[QuotaScope, ...], lease_id: str, ttl_s: float) -> None:
         names = [keys.scope_keys(self._prefix, tenant, scope.name).leases for scope in scopes]
-        with _unavailable("renew_lease"):
+        with unavailable("renew_lease"):
             await self._renew(keys=names, args=[lease_id, ttl_s, keys.LEASE_TTL_MARGIN_S])
 
     # --- audit chain ----------------------------------------------------------------------
     async def audit_head(self) -> AuditHead:
-        with _unavailable("audit_head"):
+        with unavailable("audit_head"):
             return _head(await self._redis.hmget(keys.audit_head(self._prefix), ["seq", "hash"]))
 
     async def audit_append(self, expected: AuditHead, records: list[dict[str, Any]]) -> bool:
@@ -197,33 +184,55 @@ class RedisStore:
         for record in records:
             args += [record["seq"], record["hash"], canonical(record)]
         names = [keys.audit_head(self._prefix), keys.audit_stream(self._prefix)]
-        with _unavailable("audit_append"):
+        with unavailable("audit_append"):
             return bool(await self._audit_append(keys=names, args=args))
 
     async def audit_range(self, first_seq: int, limit: int) -> list[dict[str, Any]]:
         if limit <= 0:
             return []
         start = keys.stream_id(max(first_seq, 0))
-        with _unavailable("audit_range"):
+        with unavailable("audit_range"):
             entries = await self._redis.xrange(keys.audit_stream(self._prefix), min=start, count=limit)
         return [orjson.loads(fields[b"r"]) for _, fields in entries or [] if fields]
 
     async def audit_trim(self, before_seq: int, anchor: AuditHead) -> None:
-        with _unavailable("audit_trim"):
+        with unavailable("audit_trim"):
             async with self._redis.pipeline(transaction=True) as pipe:
                 pipe.xtrim(keys.audit_stream(self._prefix), minid=keys.stream_id(before_seq), approximate=False)
                 pipe.hset(keys.audit_anchor(self._prefix), mapping={"seq": anchor.seq, "hash": anchor.hash})
                 await pipe.execute()
 
     async def audit_anchor(self) -> AuditHead:
-        with _unavailable("audit_anchor"):
+        with unavailable("audit_anchor"):
             return _head(await self._redis.hmget(keys.audit_anchor(self._prefix), ["seq", "hash"]))
+
+    # --- sessions -------------------------------------------------------------------------
+    async def session_save(self, tenant: str, session_id: str, state: dict[str, Any], ttl_s: float) -> None:
+        await self._sessions.save(tenant, session_id, state, ttl_s)
+
+    async def session_load(self, tenant: str, session_id: str) -> dict[str, Any] | None:
+        return await self._sessions.load(tenant, session_id)
+
+    async def session_append(self, tenant: str, session_id: str, events: list[tuple[int, bytes]], ttl_s: float) -> None:
+        await self._sessions.append(tenant, session_id, events, ttl_s)
+
+    async def session_events(self, tenant: str, session_id: str, after_seq: int, limit: int) -> list[tuple[int, bytes]]:
+        return await self._sessions.events(tenant, session_id, after_seq, limit)
+
+    async def session_claim(self, tenant: str, session_id: str, owner: str, ttl_s: float) -> bool:
+        return await self._sessions.claim(tenant, session_id, owner, ttl_s)
+
+    async def session_release(self, tenant: str, session_id: str, owner: str) -> None:
+        await self._sessions.release(tenant, session_id, owner)
+
+    async def session_delete(self, tenant: str, session_id: str) -> bool:
+        return await self._sessions.delete(tenant, session_id)
 
     # --- lifecycle ------------------------------------------------------------------------
     async def ping(self) -> None:
-        with _unavailable("ping"):
+        with unavailable("ping"):
             await self._redis.ping()
 
     async def aclose(self) -> None:
-        with _unavailable("close"):
+        with unavailable("close"):
             await self._redis.aclose()

@@ -1,4 +1,5 @@
-"""Key records and the audit chain in one SQLite file: the embedded store's durable half.
+"""Key records, the audit chain and sessions in one SQLite file: the embedded store's durable
+half (the session tables and queries are in sqlite_sessions.py).
 
 Every method here blocks on disk; EmbeddedStore runs them in a worker thread. One connection
 serves the process, guarded by a lock (sqlite3 connections are not safe to share unguarded).
@@ -12,8 +13,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -21,6 +21,8 @@ import orjson
 
 from gateway.store.audit_batch import canonical
 from gateway.store.base import AuditHead, KeyRecord
+from gateway.store.sqlite_sessions import SCHEMA as SESSIONS_SCHEMA
+from gateway.store.sqlite_tx import transaction
 
 T = TypeVar("T")
 
@@ -64,7 +66,7 @@ class SqliteDb:
         connection = sqlite3.connect(self._path, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
         try:
             _use_wal(connection)
-            connection.executescript(_SCHEMA)
+            connection.executescript(_SCHEMA + SESSIONS_SCHEMA)
         except BaseException:
             connection.close()
             raise
@@ -124,7 +126,7 @@ class SqliteDb:
     def audit_append(db: sqlite3.Connection, expected: AuditHead, records: list[dict[str, Any]]) -> bool:
         # IMMEDIATE takes the write lock before reading the head, so two processes appending
         # to one chain are serialized: the second sees the first's head and is refused.
-        with _transaction(db, "BEGIN IMMEDIATE"):
+        with transaction(db, "BEGIN IMMEDIATE"):
             if SqliteDb.audit_mark(db, "head") != expected:
                 return False
             if not records:
@@ -145,7 +147,7 @@ class SqliteDb:
 
     @staticmethod
     def audit_trim(db: sqlite3.Connection, before_seq: int, anchor: AuditHead) -> None:
-        with _transaction(db, "BEGIN IMMEDIATE"):
+        with transaction(db, "BEGIN IMMEDIATE"):
             db.execute("DELETE FROM audit_records WHERE seq < ?", (before_seq,))
             _set_mark(db, "anchor", anchor)
 
@@ -173,15 +175,3 @@ def _set_mark(db: sqlite3.Connection, name: str, mark: AuditHead) -> None:
         "ON CONFLICT (name) DO UPDATE SET seq = excluded.seq, hash = excluded.hash",
         (name, mark.seq, mark.hash),
     )
-
-
-@contextmanager
-def _transaction(db: sqlite3.Connection, begin: str = "BEGIN") -> Iterator[None]:
-    db.execute(begin)
-    try:
-        yield
-        db.execute("COMMIT")
-    except BaseException:
-        if db.in_transaction:
-            db.execute("ROLLBACK")
-        raise

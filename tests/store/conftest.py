@@ -6,6 +6,7 @@ can run beside each other (and beside a gateway) on the shared Redis at 127.0.0.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -23,14 +24,30 @@ from gateway.store.redis_store import RedisStore
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
+class MovableClock:
+    """Real time plus an offset a test can move forward (the embedded store's injected clock):
+    tests that only wait in real time see real time."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.offset
+
+    def advance(self, seconds: float) -> None:
+        self.offset += seconds
+
+
 @dataclass
 class Backing:
     """The data behind a store; `connect` opens one more client of it (another replica, or a
-    CLI process beside the server), closed with the fixture."""
+    CLI process beside the server), closed with the fixture. `clock` is the embedded stores'
+    clock (None for Redis, whose clock is the server's and cannot be moved)."""
 
     kind: str
     connect: Callable[[], Store]
     opened: list[Store] = field(default_factory=list)
+    clock: MovableClock | None = None
 
     def open(self) -> Store:
         store = self.connect()
@@ -52,7 +69,8 @@ async def backing(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
     prefix = f"agw-test-{uuid.uuid4().hex[:12]}"
     if request.param == "embedded":
         embedded_settings = EmbeddedStoreSettings(path=tmp_path / "data")
-        backing = Backing("embedded", lambda: EmbeddedStore(embedded_settings))
+        clock = MovableClock()
+        backing = Backing("embedded", lambda: EmbeddedStore(embedded_settings, clock=clock), clock=clock)
     else:
         # The contract is about semantics: generous timeouts keep a loaded machine from failing
         # the 500-admit bursts. Failing fast is test_redis_unavailable's business.

@@ -40,6 +40,13 @@ EVERY_CALL: dict[str, Call] = {
     "audit_range": lambda s: s.audit_range(1, 10),
     "audit_trim": lambda s: s.audit_trim(1, AuditHead(0, "")),
     "audit_anchor": lambda s: s.audit_anchor(),
+    "session_save": lambda s: s.session_save("acme", "s1", {"status": "streaming"}, 60),
+    "session_load": lambda s: s.session_load("acme", "s1"),
+    "session_append": lambda s: s.session_append("acme", "s1", [(1, b"a"), (2, b"b")], 60),
+    "session_events": lambda s: s.session_events("acme", "s1", 0, 10),
+    "session_claim": lambda s: s.session_claim("acme", "s1", "replica-a", 5),
+    "session_release": lambda s: s.session_release("acme", "s1", "replica-a"),
+    "session_delete": lambda s: s.session_delete("acme", "s1"),
 }
 
 

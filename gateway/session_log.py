@@ -1,0 +1,93 @@
+"""The event log of one streamed response: the single record of what the client has been sent.
+
+Every SSE event gets the next sequence number here; the HTTP response, a reconnecting client and
+the checkpointer all read from this log, so they cannot disagree about what was sent. Payloads are
+the exact bytes after `data: `; the terminal `[DONE]` is an event like any other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import orjson
+
+from gateway.errors import GatewayError
+
+DONE = b"[DONE]"
+
+
+def sse_frame(seq: int, payload: bytes) -> bytes:
+    return b"id: %d\ndata: %s\n\n" % (seq, payload)
+
+
+def content_of(payload: bytes) -> str:
+    """The assistant text a chunk event carries ("" for other events)."""
+    if payload == DONE or b'"content"' not in payload:
+        return ""
+    event = orjson.loads(payload)
+    choices = event.get("choices") or ()
+    return "".join((c.get("delta") or {}).get("content") or "" for c in choices)
+
+
+class SessionLog:
+    def __init__(self, first_seq: int = 1) -> None:
+        self.events: list[tuple[int, bytes]] = []
+        self.next_seq = first_seq
+        self.closed = False
+        self.failure: GatewayError | None = None  # failed before the first event: an HTTP error
+        # Replaced on every change: a reader waits on the one it saw, so no wake-up is missed and
+        # appending never has to await a lock.
+        self._grew = asyncio.Event()
+
+    def append(self, payload: bytes) -> int:
+        seq = self.next_seq
+        self.next_seq += 1
+        self.events.append((seq, payload))
+        self._notify()
+        return seq
+
+    def extend(self, events: list[tuple[int, bytes]]) -> None:
+        """Seed with events recovered from a checkpoint (a takeover continues after them)."""
+        self.events.extend(events)
+        if events:
+            self.next_seq = events[-1][0] + 1
+
+    def close(self) -> None:
+        self.closed = True
+        self._notify()
+
+    def fail(self, error: GatewayError) -> None:
+        self.failure = error
+        self.close()
+
+    def _notify(self) -> None:
+        grew, self._grew = self._grew, asyncio.Event()
+        grew.set()
+
+    async def started(self) -> None:
+        """Wait for the first event or the end."""
+        while not (self.events or self.closed):
+            await self._grew.wait()
+
+    async def follow(self, after_seq: int) -> AsyncIterator[tuple[int, bytes]]:
+        """Every event with seq > after_seq, then each new one as it comes, until the log closes."""
+        index = self._index_after(after_seq)
+        while True:
+            grew = self._grew
+            while index < len(self.events):
+                event = self.events[index]
+                index += 1
+                # A takeover regenerates events the reader may already have: skip them by seq.
+                if event[0] > after_seq:
+                    yield event
+            if self.closed:
+                return
+            if index == len(self.events):
+                await grew.wait()
+
+    def _index_after(self, seq: int) -> int:
+        for index, (event_seq, _) in enumerate(self.events):
+            if event_seq > seq:
+                return index
+        return len(self.events)

@@ -1,0 +1,334 @@
+"""Sessions: streamed responses that survive the client, the backend and the replica.
+
+A streamed response runs in its own task (the producer) and writes every SSE event to a
+`SessionLog`; the HTTP response is only a reader of that log. So a client that drops its
+connection loses nothing: generation goes on (or stops, per `on_client_disconnect`), and
+`GET /v1/sessions/{id}/stream` with `Last-Event-ID` replays what it missed and follows the rest.
+
+The checkpointer copies each live log to the store every `checkpoint_every_events` events or
+`checkpoint_interval_s` (whichever comes first), off the request path, and renews the replica's
+lease on the session. Trade-off: a replica that dies loses at most the events of the last
+interval. Another replica that a client reconnects to finds the checkpoint, waits for the lease
+to lapse, takes the session over, and continues generation from the checkpointed text with the
+same continuation mechanism as a backend failover; the events it regenerates get the same
+sequence numbers, and the reader skips those the client already has.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import secrets
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.backends.base import Chunk
+from gateway.errors import GatewayError, InvalidRequest, NotFound, StoreUnavailable
+from gateway.pipeline import Handler, RequestContext
+from gateway.principal import Principal
+from gateway.session_log import DONE, SessionLog, content_of, sse_frame
+from gateway.settings import DisconnectPolicy, SessionSettings
+from gateway.store.base import Store
+from gateway.wire import ChunkRenderer, Completion, dumps
+
+log = logging.getLogger(__name__)
+
+SESSION_HEADER = "x-session-id"
+APPEND_HEADER = "x-session-append"
+_VALID_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+_PAGE = 500
+_TAIL_POLL_S = 0.05
+
+
+def session_id_from(headers: Mapping[str, str]) -> str:
+    given = headers.get(SESSION_HEADER)
+    if given is None:
+        return f"sess_{secrets.token_hex(12)}"
+    if not _VALID_ID.match(given):
+        raise InvalidRequest("X-Session-Id must be 1-128 characters of A-Z a-z 0-9 . _ : -", param="X-Session-Id")
+    return given
+
+
+@dataclass
+class LiveSession:
+    tenant: str
+    session_id: str
+    log: SessionLog
+    state: dict[str, Any]
+    flushed_seq: int = 0
+    state_saved: bool = False
+    readers: int = 0
+    producer: asyncio.Task[None] | None = None
+    renewed_at: float = field(default_factory=time.monotonic)
+
+
+class SessionManager:
+    def __init__(self, store: Store, settings: SessionSettings, replica_id: str, continue_stream: Handler) -> None:
+        self._store = store
+        self._settings = settings
+        self._replica_id = replica_id
+        self._continue_stream = continue_stream  # the pipeline for a takeover: no auth/quota again
+        self._live: dict[tuple[str, str], LiveSession] = {}
+        self._wakeup = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[None]] = set()
+
+    # --- a new streamed response ------------------------------------------------------------
+    async def start(self, ctx: RequestContext, chunks: AsyncGenerator[Chunk, None]) -> LiveSession:
+        """Run `chunks` in a producer task that records every event; return once the first event
+        exists. An error before it is raised here, so that it becomes an HTTP error status."""
+        live = LiveSession("", ctx.session_id or "", SessionLog(), {})
+        live.producer = asyncio.get_running_loop().create_task(self._produce(ctx, chunks, live))
+        await live.log.started()
+        if live.log.failure is not None:
+            raise live.log.failure
+        assert ctx.principal is not None  # output exists, so authentication passed
+        live.tenant, live.session_id = ctx.principal.tenant, ctx.session_id or ""
+        live.state = _state_of(ctx, self._replica_id)
+        self._live[(live.tenant, live.session_id)] = live
+        self._wakeup.set()
+        return live
+
+    async def _produce(self, ctx: RequestContext, chunks: AsyncGenerator[Chunk, None], live: LiveSession) -> None:
+        renderer = ChunkRenderer(ctx.completion_id, ctx.created, ctx.model)
+        answer = Completion()
+        try:
+            async with contextlib.aclosing(chunks):
+                async for chunk in chunks:
+                    answer.add(chunk)
+                    rendered = renderer.render(chunk)
+                    if rendered is not None:
+                        self._append(live, dumps(rendered))
+            if ctx.include_usage:
+                self._append(live, dumps(renderer.render_usage(ctx.usage)))
+        except GatewayError as error:
+            if not live.log.events:
+                live.log.fail(error)
+                return
+            self._append(live, dumps(renderer.render_error(error.message, error.type, error.code)))
+        except Exception as error:  # a bug: the client still gets a clean end, and we get the trace
+            log.exception("session producer failed")
+            if not live.log.events:
+                live.log.fail(GatewayError("Internal error in the gateway"))
+                return
+            self._append(
+                live, dumps(renderer.render_error(f"internal error: {error!r}", "api_error", "internal_error"))
+            )
+        live.state["transcript"] = [*ctx.body.get("messages", []), answer.message(ctx.resume)]
+        self._append(live, DONE)
+        live.log.close()
+        self._wakeup.set()
+
+    def _append(self, live: LiveSession, payload: bytes) -> None:
+        live.log.append(payload)
+        if len(live.log.events) - live.flushed_seq >= self._settings.checkpoint_every_events:
+            self._wakeup.set()
+
+    def remember(self, ctx: RequestContext, message: dict[str, Any]) -> None:
+        """Keep a non-streamed answer's transcript (off the response path)."""
+        if ctx.principal is None or ctx.session_id is None:
+            return
+        state = {**_state_of(ctx, self._replica_id), "status": "done"}
+        state["transcript"] = [*ctx.body.get("messages", []), message]
+        save = self._store.session_save(ctx.principal.tenant, ctx.session_id, state, self._settings.resume_ttl_s)
+        task = asyncio.get_running_loop().create_task(save)
+        self._background.add(task)
+        task.add_done_callback(self._saved)
+
+    def _saved(self, task: asyncio.Task[None]) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and isinstance(task.exception(), StoreUnavailable):
+            log.warning("session transcript not saved: %s", task.exception())
+
+    # --- readers ------------------------------------------------------------------------------
+    async def frames(self, live: LiveSession, after_seq: int) -> AsyncIterator[bytes]:
+        """SSE frames for one reader. When the last reader goes away the producer goes on, unless
+        `on_client_disconnect: cancel`."""
+        live.readers += 1
+        try:
+            async for seq, payload in live.log.follow(after_seq):
+                yield sse_frame(seq, payload)
+        finally:
+            live.readers -= 1
+            policy = self._settings.on_client_disconnect
+            if live.readers == 0 and not live.log.closed and policy is DisconnectPolicy.CANCEL and live.producer:
+                live.producer.cancel()
+
+    async def resume(self, principal: Principal, session_id: str, after_seq: int) -> AsyncIterator[bytes]:
+        """Frames after `after_seq` of a session's latest response: from memory if this replica
+        is streaming it, else from the checkpoint, taking the session over if its owner died."""
+        live = self._live.get((principal.tenant, session_id))
+        if live is not None:
+            return self.frames(live, after_seq)
+        state = await self._store.session_load(principal.tenant, session_id)
+        if state is None or "body" not in state:
+            raise NotFound(f"session '{session_id}' not found")
+        return self._from_store(principal, session_id, state, after_seq)
+
+    async def _from_store(
+        self, principal: Principal, session_id: str, state: dict[str, Any], after_seq: int
+    ) -> AsyncIterator[bytes]:
+        seq = after_seq
+        while True:
+            events = await self._store.session_events(principal.tenant, session_id, seq, _PAGE)
+            for event_seq, payload in events:
+                yield sse_frame(event_seq, payload)
+                seq = event_seq
+                if payload == DONE:
+                    return
+            if len(events) == _PAGE:
+                continue
+            if await self._store.session_claim(
+                principal.tenant, session_id, self._replica_id, self._settings.lease_ttl_s
+            ):
+                live = await self._take_over(principal, session_id, state)
+                async for frame in self.frames(live, seq):
+                    yield frame
+                return
+            await asyncio.sleep(_TAIL_POLL_S)  # the owner is alive: follow its checkpoints
+
+    async def _take_over(self, principal: Principal, session_id: str, state: dict[str, Any]) -> LiveSession:
+        """Continue a dead replica's response from its checkpointed text."""
+        recorded = await self._all_events(principal.tenant, session_id)
+        text = "".join(content_of(payload) for _, payload in recorded)
+        chunks_sent = sum(1 for _, payload in recorded if content_of(payload))
+        ctx = RequestContext(
+            request_id=f"takeover-{secrets.token_hex(6)}",
+            completion_id=state["completion_id"],
+            created=state["created"],
+            model=state["model"],
+            body=state["body"],
+            stream=True,
+            include_usage=state.get("include_usage", False),
+            principal=principal,
+            session_id=session_id,
+            resume=(text, chunks_sent),
+        )
+        log_ = SessionLog()
+        log_.extend(recorded)
+        live = LiveSession(principal.tenant, session_id, log_, {**state, "owner": self._replica_id})
+        live.flushed_seq = recorded[-1][0] if recorded else 0
+        live.producer = asyncio.get_running_loop().create_task(self._produce(ctx, self._continue_stream(ctx), live))
+        self._live[(principal.tenant, session_id)] = live
+        return live
+
+    async def _all_events(self, tenant: str, session_id: str) -> list[tuple[int, bytes]]:
+        events: list[tuple[int, bytes]] = []
+        while True:
+            page = await self._store.session_events(tenant, session_id, events[-1][0] if events else 0, _PAGE)
+            events += page
+            if len(page) < _PAGE:
+                return events
+
+    async def transcript(self, principal: Principal, session_id: str) -> dict[str, Any]:
+        state = await self._store.session_load(principal.tenant, session_id)
+        if state is None:
+            raise NotFound(f"session '{session_id}' not found")
+        return {
+            "id": session_id,
+            "object": "session",
+            "status": state.get("status"),
+            "messages": state.get("transcript", []),
+        }
+
+    async def delete(self, principal: Principal, session_id: str) -> None:
+        live = self._live.pop((principal.tenant, session_id), None)
+        if live is not None and live.producer is not None:
+            live.producer.cancel()
+        if not await self._store.session_delete(principal.tenant, session_id) and live is None:
+            raise NotFound(f"session '{session_id}' not found")
+
+    # --- checkpoints ----------------------------------------------------------------------------
+    def start_checkpoints(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._checkpoint_loop(), name="session-checkpoints")
+
+    async def stop(self) -> None:
+        """Finish the producers' work already recorded, write the last checkpoints, stop."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        with contextlib.suppress(StoreUnavailable):
+            await self.checkpoint_all()
+
+    async def _checkpoint_loop(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._settings.checkpoint_interval_s):
+                    await self._wakeup.wait()
+            self._wakeup.clear()
+            try:
+                await self.checkpoint_all()
+            except StoreUnavailable as error:
+                log.warning("session checkpoints delayed: %s", error)
+
+    async def checkpoint_all(self) -> None:
+        for key, live in list(self._live.items()):
+            await self._checkpoint(live)
+            if live.log.closed and live.flushed_seq == live.log.next_seq - 1:
+                await self._store.session_release(live.tenant, live.session_id, self._replica_id)
+                self._live.pop(key, None)
+
+    async def _checkpoint(self, live: LiveSession) -> None:
+        ttl = self._settings.resume_ttl_s
+        if live.log.closed and live.state.get("status") != "done":
+            live.state["status"], live.state_saved = "done", False
+        if not live.state_saved:
+            await self._store.session_save(live.tenant, live.session_id, live.state, ttl)
+            live.state_saved = True
+        pending = [e for e in live.log.events if e[0] > live.flushed_seq]
+        if pending:
+            await self._store.session_append(live.tenant, live.session_id, pending, ttl)
+            live.flushed_seq = pending[-1][0]
+        if not live.log.closed and time.monotonic() - live.renewed_at >= self._settings.lease_ttl_s / 3:
+            await self._store.session_claim(live.tenant, live.session_id, self._replica_id, self._settings.lease_ttl_s)
+            live.renewed_at = time.monotonic()
+
+
+def _state_of(ctx: RequestContext, owner: str) -> dict[str, Any]:
+    return {
+        "model": ctx.model,
+        "body": ctx.body,
+        "completion_id": ctx.completion_id,
+        "created": ctx.created,
+        "include_usage": ctx.include_usage,
+        "key_id": ctx.principal.key_id if ctx.principal else None,
+        "status": "streaming",
+        "owner": owner,
+        "transcript": ctx.body.get("messages", []),
+    }
+
+
+class AssignSession:
+    """The pipeline stage that names the session (from X-Session-Id, or a new id)."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+
+    async def __call__(self, ctx: RequestContext, call_next: Handler) -> AsyncGenerator[Chunk, None]:
+        ctx.session_id = session_id_from(ctx.headers)
+        ctx.response_headers["X-Session-Id"] = ctx.session_id
+        async with contextlib.aclosing(call_next(ctx)) as chunks:
+            async for chunk in chunks:
+                yield chunk
+
+
+class AppendHistory:
+    """Stateful conversations, opt-in with `X-Session-Append: true`: the client sends only its new
+    messages, and the session's transcript is put in front of them."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    async def __call__(self, ctx: RequestContext, call_next: Handler) -> AsyncGenerator[Chunk, None]:
+        if ctx.headers.get(APPEND_HEADER, "").lower() == "true" and ctx.principal is not None:
+            state = await self._store.session_load(ctx.principal.tenant, ctx.session_id or "")
+            history = state.get("transcript", []) if state else []
+            ctx.body = {**ctx.body, "messages": [*history, *ctx.body["messages"]]}
+        async with contextlib.aclosing(call_next(ctx)) as chunks:
+            async for chunk in chunks:
+                yield chunk

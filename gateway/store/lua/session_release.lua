@@ -1,0 +1,4 @@
+-- Drop a session's lease if `owner` holds it. KEYS: lease. ARGV: owner. Returns 1 if dropped.
+
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0

@@ -1,0 +1,83 @@
+"""Sessions in Redis: three keys per session on one slot (see gateway/store/keys.py).
+
+State is a string key, the event log a stream with explicit ids `<seq>-0`, the lease a string
+holding its owner with a PX expiry. Every call is one command or one script: one round trip.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from redis.asyncio import Redis
+
+from gateway.store import keys
+from gateway.store.redis_common import lua, unavailable
+from gateway.store.session_batch import check_events, check_ttl
+
+
+def _event(entry_id: bytes | str, fields: dict[Any, Any]) -> tuple[int, bytes]:
+    payload = fields[b"e"]
+    return keys.event_seq(entry_id), payload if isinstance(payload, bytes) else str(payload).encode()
+
+
+class RedisSessions:
+    def __init__(self, redis: Redis, prefix: str) -> None:
+        self._redis = redis
+        self._prefix = prefix
+        self._save = redis.register_script(lua("session_save"))
+        self._append = redis.register_script(lua("session_append"))
+        self._claim = redis.register_script(lua("session_claim"))
+        self._release = redis.register_script(lua("session_release"))
+
+    def _keys(self, tenant: str, session_id: str) -> keys.SessionKeys:
+        return keys.session_keys(self._prefix, tenant, session_id)
+
+    async def save(self, tenant: str, session_id: str, state: dict[str, Any], ttl_s: float) -> None:
+        check_ttl(ttl_s)
+        names = self._keys(tenant, session_id)
+        args: list[bytes | int] = [orjson.dumps(state), keys.session_ttl_ms(ttl_s)]
+        with unavailable("session_save"):
+            await self._save(keys=[names.state, names.events, names.lease], args=args)
+
+    async def load(self, tenant: str, session_id: str) -> dict[str, Any] | None:
+        with unavailable("session_load"):
+            raw = await self._redis.get(self._keys(tenant, session_id).state)
+        if raw is None:
+            return None
+        state: dict[str, Any] = orjson.loads(raw)
+        return state
+
+    async def append(self, tenant: str, session_id: str, events: list[tuple[int, bytes]], ttl_s: float) -> None:
+        check_ttl(ttl_s)
+        check_events(events)
+        names = self._keys(tenant, session_id)
+        args: list[int | bytes] = [keys.session_ttl_ms(ttl_s)]
+        for seq, payload in events:
+            args += [seq, payload]
+        with unavailable("session_append"):
+            await self._append(keys=[names.events, names.state, names.lease], args=args)
+
+    async def events(self, tenant: str, session_id: str, after_seq: int, limit: int) -> list[tuple[int, bytes]]:
+        if limit <= 0:
+            return []
+        start = "(" + keys.stream_id(max(after_seq, 0))  # exclusive
+        with unavailable("session_events"):
+            entries = await self._redis.xrange(self._keys(tenant, session_id).events, min=start, count=limit)
+        return [_event(entry_id, fields) for entry_id, fields in entries or [] if entry_id and fields]
+
+    async def claim(self, tenant: str, session_id: str, owner: str, ttl_s: float) -> bool:
+        check_ttl(ttl_s)
+        lease = self._keys(tenant, session_id).lease
+        with unavailable("session_claim"):
+            return bool(await self._claim(keys=[lease], args=[owner, keys.session_ttl_ms(ttl_s)]))
+
+    async def release(self, tenant: str, session_id: str, owner: str) -> None:
+        lease = self._keys(tenant, session_id).lease
+        with unavailable("session_release"):
+            await self._release(keys=[lease], args=[owner])
+
+    async def delete(self, tenant: str, session_id: str) -> bool:
+        names = self._keys(tenant, session_id)
+        with unavailable("session_delete"):
+            return bool(await self._redis.delete(names.state, names.events, names.lease))

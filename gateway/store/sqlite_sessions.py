@@ -1,0 +1,180 @@
+"""Sessions in the embedded store's SQLite file (see gateway/store/base.py for the contract).
+
+One row per session holds its state, its expiry and its lease; its events are rows of their own.
+State and events share `expires_at`; the lease has `lease_expires`. A session whose `expires_at`
+has passed reads as absent (no state, no events) even before its rows are purged; writing to it
+first clears what it held, so it starts over exactly like an expired Redis session.
+
+A session that has events or a lease but was never saved has a row with state NULL (it loads as
+None until saved). `expires_at` = 0 marks a row created by a claim alone: no state or events yet.
+
+Every function here is one statement or one transaction: these calls are on the streaming hot
+path's background flusher.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+import orjson
+
+from gateway.store.session_batch import newer_events
+from gateway.store.sqlite_tx import transaction
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    tenant TEXT NOT NULL,
+    id TEXT NOT NULL,
+    state BLOB,                -- JSON; NULL until the first save
+    expires_at REAL NOT NULL,  -- of state and events (unix seconds, the store's clock)
+    lease_owner TEXT,
+    lease_expires REAL,
+    PRIMARY KEY (tenant, id)
+);
+CREATE INDEX IF NOT EXISTS sessions_expiry ON sessions (expires_at);
+CREATE TABLE IF NOT EXISTS session_events (
+    tenant TEXT NOT NULL,
+    id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    event BLOB NOT NULL,
+    PRIMARY KEY (tenant, id, seq)
+);
+"""
+
+PURGE_BATCH = 200  # expired sessions removed per purge, so that one purge stays short
+
+# Refresh state/events expiry; the lease keeps its own, cut to the session's but never extended.
+# An expired row starts over: its state is dropped (its events were deleted just before).
+_TOUCH = """
+INSERT INTO sessions (tenant, id, state, expires_at) VALUES (:tenant, :id, :state, :expires)
+ON CONFLICT (tenant, id) DO UPDATE SET
+    state = CASE WHEN :replace THEN excluded.state
+                 WHEN sessions.expires_at <= :now THEN NULL
+                 ELSE sessions.state END,
+    expires_at = excluded.expires_at,
+    lease_expires = MIN(sessions.lease_expires, excluded.expires_at)
+"""
+
+_DROP_EXPIRED_EVENTS = """
+DELETE FROM session_events WHERE tenant = :tenant AND id = :id
+AND EXISTS (SELECT 1 FROM sessions s WHERE s.tenant = :tenant AND s.id = :id AND s.expires_at <= :now)
+"""
+
+_CLAIM = """
+INSERT INTO sessions (tenant, id, state, expires_at, lease_owner, lease_expires)
+VALUES (:tenant, :id, NULL, 0, :owner, :lease_expires)
+ON CONFLICT (tenant, id) DO UPDATE SET lease_owner = excluded.lease_owner, lease_expires = excluded.lease_expires
+WHERE sessions.lease_owner IS NULL OR sessions.lease_expires <= :now OR sessions.lease_owner = excluded.lease_owner
+"""
+
+_EVENTS = """
+SELECT e.seq, e.event FROM session_events e JOIN sessions s ON s.tenant = e.tenant AND s.id = e.id
+WHERE e.tenant = ? AND e.id = ? AND e.seq > ? AND s.expires_at > ?
+ORDER BY e.seq LIMIT ?
+"""
+
+_PURGEABLE = """
+SELECT tenant, id FROM sessions
+WHERE expires_at <= :now AND (lease_expires IS NULL OR lease_expires <= :now) LIMIT :batch
+"""
+
+
+def _touch(db: sqlite3.Connection, tenant: str, session_id: str, now: float, ttl_s: float, state: bytes | None) -> None:
+    where = {"tenant": tenant, "id": session_id, "now": now}
+    db.execute(_DROP_EXPIRED_EVENTS, where)
+    db.execute(_TOUCH, {**where, "state": state, "expires": now + ttl_s, "replace": state is not None})
+
+
+def save(
+    db: sqlite3.Connection,
+    tenant: str,
+    session_id: str,
+    state: dict[str, Any],
+    now: float,
+    ttl_s: float,
+    *,
+    purge: bool,
+) -> None:
+    """`purge`: also remove some long-expired sessions, in the same transaction."""
+    with transaction(db, "BEGIN IMMEDIATE"):
+        if purge:
+            _purge_expired(db, now)
+        _touch(db, tenant, session_id, now, ttl_s, orjson.dumps(state))
+
+
+def load(db: sqlite3.Connection, tenant: str, session_id: str, now: float) -> dict[str, Any] | None:
+    query = "SELECT state FROM sessions WHERE tenant = ? AND id = ? AND expires_at > ?"
+    row = db.execute(query, (tenant, session_id, now)).fetchone()
+    if row is None or row[0] is None:
+        return None
+    state: dict[str, Any] = orjson.loads(row[0])
+    return state
+
+
+def append(
+    db: sqlite3.Connection,
+    tenant: str,
+    session_id: str,
+    events: list[tuple[int, bytes]],
+    now: float,
+    ttl_s: float,
+    *,
+    purge: bool,
+) -> None:
+    """`purge`: as for `save`."""
+    # IMMEDIATE takes the write lock before reading the last seq: two writers (another process
+    # on the same file) cannot both decide to insert the same seq.
+    with transaction(db, "BEGIN IMMEDIATE"):
+        if purge:
+            _purge_expired(db, now)
+        _touch(db, tenant, session_id, now, ttl_s, None)
+        query = "SELECT MAX(seq) FROM session_events WHERE tenant = ? AND id = ?"
+        last = db.execute(query, (tenant, session_id)).fetchone()[0] or 0
+        db.executemany(
+            "INSERT INTO session_events (tenant, id, seq, event) VALUES (?, ?, ?, ?)",
+            [(tenant, session_id, seq, payload) for seq, payload in newer_events(events, last)],
+        )
+
+
+def events(
+    db: sqlite3.Connection, tenant: str, session_id: str, after_seq: int, limit: int, now: float
+) -> list[tuple[int, bytes]]:
+    rows = db.execute(_EVENTS, (tenant, session_id, after_seq, now, limit)).fetchall()
+    return [(int(seq), bytes(event)) for seq, event in rows]
+
+
+def claim(db: sqlite3.Connection, tenant: str, session_id: str, owner: str, now: float, ttl_s: float) -> bool:
+    """One statement: SQLite runs it atomically, so two claimers cannot both win."""
+    params = {"tenant": tenant, "id": session_id, "owner": owner, "lease_expires": now + ttl_s, "now": now}
+    return db.execute(_CLAIM, params).rowcount > 0
+
+
+def release(db: sqlite3.Connection, tenant: str, session_id: str, owner: str) -> None:
+    db.execute(
+        "UPDATE sessions SET lease_owner = NULL, lease_expires = NULL WHERE tenant = ? AND id = ? AND lease_owner = ?",
+        (tenant, session_id, owner),
+    )
+
+
+def delete(db: sqlite3.Connection, tenant: str, session_id: str, now: float) -> bool:
+    """True if state/events or a lease were live (what Redis would still have had)."""
+    with transaction(db, "BEGIN IMMEDIATE"):
+        row = db.execute(
+            "SELECT expires_at, lease_owner, lease_expires FROM sessions WHERE tenant = ? AND id = ?",
+            (tenant, session_id),
+        ).fetchone()
+        db.execute("DELETE FROM session_events WHERE tenant = ? AND id = ?", (tenant, session_id))
+        db.execute("DELETE FROM sessions WHERE tenant = ? AND id = ?", (tenant, session_id))
+    if row is None:
+        return False
+    expires_at, lease_owner, lease_expires = row
+    return bool(expires_at > now or (lease_owner is not None and lease_expires > now))
+
+
+def _purge_expired(db: sqlite3.Connection, now: float) -> None:
+    """Remove a batch of sessions whose state, events and lease have all expired (in the
+    caller's transaction). Reads never purge: they stay reads."""
+    expired = db.execute(_PURGEABLE, {"now": now, "batch": PURGE_BATCH}).fetchall()
+    db.executemany("DELETE FROM session_events WHERE tenant = ? AND id = ?", expired)
+    db.executemany("DELETE FROM sessions WHERE tenant = ? AND id = ?", expired)
