@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,17 @@ import orjson
 import pytest
 
 from gateway.cli.processes import Announced
-from tests.procs import Gateway, deployment, gateway_config, reset, running_gateway, set_faults, start_sim
+from tests.procs import (
+    Gateway,
+    delete_redis_prefix,
+    deployment,
+    gateway_config,
+    redis_store_config,
+    reset,
+    running_gateway,
+    set_faults,
+    start_sim,
+)
 
 MAX_TOKENS = 36
 BODY = {
@@ -104,13 +115,20 @@ def stream_killing_at(gateway: Gateway, primary: Announced, kill_after: int) -> 
     return events_of(lines)
 
 
-def test_backend_sigkilled_at_30_positions_never_changes_the_text(tmp_path: Path, fallback: Announced) -> None:
+@pytest.mark.parametrize("store", ["embedded", "redis"])
+def test_backend_sigkilled_at_30_positions_never_changes_the_text(
+    tmp_path: Path, fallback: Announced, store: str
+) -> None:
     positions = sorted(random.Random(20261129).sample(range(1, MAX_TOKENS - 2), 30))
     expected = uninterrupted_text(fallback)
     primary = start_sim(*SLOW_ENOUGH_TO_KILL)
     port = int(primary.url.rsplit(":", 1)[1])
+    prefix = f"agw-test-{uuid.uuid4().hex[:12]}"
+    config = failover_config(primary.url, fallback)
+    if store == "redis":
+        config["store"] = redis_store_config(prefix)
     try:
-        with running_gateway(tmp_path, failover_config(primary.url, fallback)) as gateway:
+        with running_gateway(tmp_path, config) as gateway:
             for k in positions:
                 events = stream_killing_at(gateway, primary, k)
                 check_one_clean_stream(events, expected)
@@ -119,6 +137,7 @@ def test_backend_sigkilled_at_30_positions_never_changes_the_text(tmp_path: Path
                 primary = start_sim(*SLOW_ENOUGH_TO_KILL, port=port)  # same port: the gateway's config
     finally:
         primary.stop()
+        delete_redis_prefix(prefix)
 
 
 @pytest.mark.parametrize(

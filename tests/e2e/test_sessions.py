@@ -87,10 +87,19 @@ def slow_sim() -> Iterator[Announced]:
         sim.stop()
 
 
-@pytest.fixture(scope="module")
-def gateway(slow_sim: Announced, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    with running_gateway(tmp_path_factory.mktemp("sessions"), gateway_config(deployment("a", slow_sim))) as running:
-        yield running
+@pytest.fixture(scope="module", params=["embedded", "redis"])
+def gateway(
+    request: pytest.FixtureRequest, slow_sim: Announced, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Gateway]:
+    """The same session behaviour on both stores."""
+    prefix = f"agw-test-{uuid.uuid4().hex[:12]}"
+    store = {"store": redis_store_config(prefix)} if request.param == "redis" else {}
+    config = gateway_config(deployment("a", slow_sim), **store)
+    try:
+        with running_gateway(tmp_path_factory.mktemp("sessions"), config) as running:
+            yield running
+    finally:
+        delete_redis_prefix(prefix)
 
 
 @pytest.mark.parametrize("keep", [1, 2, 7, 15, 24])
