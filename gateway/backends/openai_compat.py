@@ -294,7 +294,8 @@ class _HttpxResponse:
         self._parts = response.aiter_bytes()  # decoded: an upstream may compress its SSE
 
     def header(self, name: str) -> str | None:
-        return self._response.headers.get(name)
+        value: str | None = self._response.headers.get(name)
+        return value
 
     async def receive(self) -> bytes:
         async with self._deadline.running():
@@ -333,10 +334,10 @@ def _direct_route(
 
 def _proxied(url: SplitResult) -> bool:
     """Whether the environment sends this URL through a proxy, as httpx (trust_env) would."""
-    proxies = urllib.request.getproxies_environment()
+    proxies = urllib.request.getproxies()
     if not (proxies.get(url.scheme) or proxies.get("all")):
         return False
-    return not urllib.request.proxy_bypass_environment(url.hostname or "", proxies)
+    return not urllib.request.proxy_bypass(url.hostname or "")
 
 
 def _json_headers(headers: dict[str, str]) -> dict[str, str]:
