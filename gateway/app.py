@@ -6,20 +6,25 @@ Reading this file top to bottom gives the request path (the `stages` list), the 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 import os
 import random
+import secrets
 import uuid
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
 from fastapi.telemetry import TelemetryConfig
 
+from gateway.approvals import ApprovalService
 from gateway.audit import AuditWriter
 from gateway.audit_records import AuditRequests
 from gateway.auth import Authenticate, Authenticator
 from gateway.backends.factory import build_backend
 from gateway.http.admin_api import build_admin_router
+from gateway.http.approvals_api import build_approvals_router
 from gateway.http.errors import install_error_handlers
 from gateway.http.health import HealthApi
 from gateway.http.openai_api import OpenAIApi
@@ -36,6 +41,9 @@ from gateway.sessions import AppendHistory, AssignSession, SessionManager
 from gateway.settings import Settings
 from gateway.store.base import Store
 from gateway.store.factory import open_store
+from gateway.tool_policy import PolicyHolder, ToolPolicy
+
+log = logging.getLogger(__name__)
 
 
 def build_router(settings: Settings, rng: random.Random | None = None) -> Router:
@@ -66,6 +74,13 @@ def build_authenticator(settings: Settings, store: Store) -> Authenticator:
     )
 
 
+def approval_secret(settings: Settings) -> bytes:
+    if settings.tools.approval_secret:
+        return settings.tools.approval_secret.encode()
+    log.warning("tools.approval_secret is not set: approval tokens verify only against this process")
+    return secrets.token_bytes(32)
+
+
 def create_app(settings: Settings) -> FastAPI:
     store = open_store(settings.store)
     router = build_router(settings)
@@ -77,6 +92,8 @@ def create_app(settings: Settings) -> FastAPI:
     quota = Admit(store, settings.quota)
     model_names = [m.name for m in settings.models]
     audit_requests = AuditRequests(audit, capture=settings.audit.capture)
+    policies = PolicyHolder(settings.tools.policy_file)
+    approvals = ApprovalService(store, audit, approval_secret(settings))
 
     stages: list[Stage] = [
         audit_requests,  # outermost: refusals are recorded too
@@ -85,6 +102,7 @@ def create_app(settings: Settings) -> FastAPI:
         ParseRequest(settings.server.max_body_bytes),
         AppendHistory(store),
         ResolveModel(model_names),
+        ToolPolicy(policies, approvals, audit, settings.tools.wait_poll_s),
         quota,
         Meter(),
     ]
@@ -101,11 +119,13 @@ def create_app(settings: Settings) -> FastAPI:
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         audit.start()
         health.start()
+        policy_watch = asyncio.get_running_loop().create_task(policies.watch(settings.tools.reload_interval_s))
         if sessions is not None:
             sessions.start_checkpoints()
         try:
             yield
         finally:
+            policy_watch.cancel()
             await health.stop()
             if sessions is not None:
                 await sessions.stop()
@@ -132,6 +152,7 @@ def create_app(settings: Settings) -> FastAPI:
         app.router.routes.extend(SessionsApi(sessions, authenticator).routes())
     app.router.routes.extend(HealthApi(router, store, settings.quota.on_store_error).routes())
     app.include_router(build_admin_router(authenticator, keys, store))
+    app.include_router(build_approvals_router(authenticator, approvals, policies))
     install_error_handlers(app)
     app.state.router = router
     app.state.quota = quota

@@ -12,6 +12,7 @@ place that turns them into responses.
     ├── PermissionDenied            403  permission_error
     ├── NotFound                    404  not_found_error
     │   └── ModelNotFound           404
+    ├── Conflict                    409  conflict           (an approval already decided)
     ├── RateLimited                 429  rate_limit_error   (Retry-After)
     │   └── InsufficientQuota       429  insufficient_quota (a token budget is spent)
     ├── NoDeploymentAvailable       503  service_unavailable (every deployment open, unhealthy or full)
@@ -89,6 +90,12 @@ class NotFound(GatewayError):
 class ModelNotFound(NotFound):
     type = "invalid_request_error"
     code = "model_not_found"
+
+
+class Conflict(GatewayError):
+    status = 409
+    type = "invalid_request_error"
+    code = "conflict"
 
 
 class RateLimited(GatewayError):

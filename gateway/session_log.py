@@ -13,17 +13,12 @@ from collections.abc import AsyncIterator
 import orjson
 
 from gateway.errors import GatewayError
-
-DONE = b"[DONE]"
-
-
-def sse_frame(seq: int, payload: bytes) -> bytes:
-    return b"id: %d\ndata: %s\n\n" % (seq, payload)
+from gateway.sse import DONE_PAYLOAD
 
 
 def content_of(payload: bytes) -> str:
     """The assistant text a chunk event carries ("" for other events)."""
-    if payload == DONE or b'"content"' not in payload:
+    if payload == DONE_PAYLOAD or b'"content"' not in payload:
         return ""
     event = orjson.loads(payload)
     choices = event.get("choices") or ()
@@ -70,8 +65,9 @@ class SessionLog:
         while not (self.events or self.closed):
             await self._grew.wait()
 
-    async def follow(self, after_seq: int) -> AsyncIterator[tuple[int, bytes]]:
-        """Every event with seq > after_seq, then each new one as it comes, until the log closes."""
+    async def follow(self, after_seq: int, idle_s: float | None = None) -> AsyncIterator[tuple[int, bytes] | None]:
+        """Every event with seq > after_seq, then each new one as it comes, until the log closes.
+        None after every `idle_s` without an event (time for a keep-alive)."""
         index = self._index_after(after_seq)
         while True:
             grew = self._grew
@@ -84,7 +80,11 @@ class SessionLog:
             if self.closed:
                 return
             if index == len(self.events):
-                await grew.wait()
+                try:
+                    async with asyncio.timeout(idle_s):
+                        await grew.wait()
+                except TimeoutError:
+                    yield None
 
     def _index_after(self, seq: int) -> int:
         for index, (event_seq, _) in enumerate(self.events):

@@ -26,11 +26,12 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway import sse
 from gateway.backends.base import Chunk
 from gateway.errors import GatewayError, InvalidRequest, NotFound, StoreUnavailable
 from gateway.pipeline import Handler, RequestContext
 from gateway.principal import Principal
-from gateway.session_log import DONE, SessionLog, content_of, sse_frame
+from gateway.session_log import SessionLog, content_of
 from gateway.settings import DisconnectPolicy, SessionSettings
 from gateway.store.base import Store
 from gateway.wire import ChunkRenderer, Completion, dumps
@@ -42,6 +43,7 @@ APPEND_HEADER = "x-session-append"
 _VALID_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _PAGE = 500
 _TAIL_POLL_S = 0.05
+_KEEP_ALIVE_S = 10.0
 
 
 def session_id_from(headers: Mapping[str, str]) -> str:
@@ -119,7 +121,7 @@ class SessionManager:
                 live, dumps(renderer.render_error(f"internal error: {error!r}", "api_error", "internal_error"))
             )
         live.state["transcript"] = [*ctx.body.get("messages", []), answer.message(ctx.resume)]
-        self._append(live, DONE)
+        self._append(live, sse.DONE_PAYLOAD)
         live.log.close()
         self._wakeup.set()
 
@@ -150,8 +152,9 @@ class SessionManager:
         `on_client_disconnect: cancel`."""
         live.readers += 1
         try:
-            async for seq, payload in live.log.follow(after_seq):
-                yield sse_frame(seq, payload)
+            async for event in live.log.follow(after_seq, idle_s=_KEEP_ALIVE_S):
+                # A long wait (a tool call held for human approval) must not look like a dead link.
+                yield sse.KEEP_ALIVE if event is None else sse.frame(*event)
         finally:
             live.readers -= 1
             policy = self._settings.on_client_disconnect
@@ -176,9 +179,9 @@ class SessionManager:
         while True:
             events = await self._store.session_events(principal.tenant, session_id, seq, _PAGE)
             for event_seq, payload in events:
-                yield sse_frame(event_seq, payload)
+                yield sse.frame(event_seq, payload)
                 seq = event_seq
-                if payload == DONE:
+                if payload == sse.DONE_PAYLOAD:
                     return
             if len(events) == _PAGE:
                 continue

@@ -212,8 +212,20 @@ class SessionSettings(Frozen):
     on_client_disconnect: DisconnectPolicy = DisconnectPolicy.CONTINUE
 
 
+class ToolPolicySettings(Frozen):
+    """Tool calls are denied unless the policy file bound to the key or its tenant allows them."""
+
+    policy_file: Path | None = Field(default=None, description="none: no key may use any tool")
+    reload_interval_s: Seconds = Field(default=2.0, description="how often the file is checked for changes")
+    # Signs approval tokens; tool servers verify them with the same secret. Empty: a random
+    # secret per process (tokens then verify only against this process).
+    approval_secret: str = Field(default="", pattern=r"^(|.{16,})$", description="empty or at least 16 characters")
+    wait_poll_s: Seconds = 0.2
+
+
 class Settings(Frozen):
     server: ServerSettings = ServerSettings()
+    tools: ToolPolicySettings = ToolPolicySettings()
     sessions: SessionSettings = SessionSettings()
     auth: AuthSettings = AuthSettings()
     quota: QuotaSettings = QuotaSettings()

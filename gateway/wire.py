@@ -98,7 +98,7 @@ class ChunkRenderer:
 
 
 def _render_tool_call(delta: ToolCallDelta) -> dict[str, Any]:
-    out: dict[str, Any] = {"index": delta.index}
+    out: dict[str, Any] = {"index": delta.index, **delta.extra}
     if delta.id is not None:
         out["id"] = delta.id
         out["type"] = "function"
@@ -130,6 +130,7 @@ class Completion:
             call = self._tool_calls.setdefault(
                 delta.index, {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
             )
+            call.update(delta.extra)
             if delta.id:
                 call["id"] = delta.id
             if delta.name:

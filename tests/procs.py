@@ -160,3 +160,19 @@ def start_redis() -> RedisServer:
         client.close()
     process.kill()
     raise RuntimeError(f"redis-server on port {port} did not start")
+
+
+WEATHER_POLICY = """
+policies:
+  agent:
+    tools:
+      - {name: get_weather, risk: low}
+bindings:
+  tenants: {acme: agent}
+"""
+
+
+def policy_file(tmp_path: Path, text: str = WEATHER_POLICY) -> str:
+    path = tmp_path / f"policy-{uuid.uuid4().hex[:8]}.yaml"
+    path.write_text(text)
+    return str(path)

@@ -17,6 +17,7 @@ class ToolCallDelta:
     id: str | None = None
     name: str | None = None
     arguments: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)  # added by the gateway: approval id and token
 
 
 @dataclass(slots=True)

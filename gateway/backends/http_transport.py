@@ -124,7 +124,7 @@ class _Connection(asyncio.Protocol):
             return
         try:
             self._parser.feed_data(data)
-        except httptools.HttpParserError as exc:  # HttpParserUpgrade included
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
             self.fail(ConnectionBroken(f"malformed HTTP response: {exc}"))
             return
         if not self.head_done and self.received > _MAX_HEAD_BYTES:
@@ -143,6 +143,12 @@ class _Connection(asyncio.Protocol):
         self._stop_drain_timer()
         self._wake()
         self._pool.forget(self)
+
+    def on_message_begin(self) -> None:
+        if self.complete or not self._active:
+            # A second response to one request: raising stops the parser before it touches the
+            # first one, and the connection is not used again.
+            raise ConnectionBroken("unexpected data after the response")
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self.headers.append((name, value))
@@ -192,10 +198,10 @@ class _Connection(asyncio.Protocol):
     async def read_body(self, wait: Wait) -> bytes:
         """Everything that arrived since the last call; b"" once the body has ended."""
         while not self._body:
-            if self.error is not None:
-                raise self.error
             if self.complete:
                 return b""
+            if self.error is not None:
+                raise self.error
             await self._wait(wait)
         data = self._body[0] if len(self._body) == 1 else b"".join(self._body)
         self._body = []
@@ -253,12 +259,15 @@ class _Connection(asyncio.Protocol):
         self._wake()
 
     def close(self) -> None:
+        if not self.complete and self.error is None:
+            self.error = ConnectionBroken("connection closed")  # for a read that may still come
         self._active = False
         self._stop_drain_timer()
         if self._transport is not None and not self.closed:
             self._transport.close()
         elif self._transport is None:
             self._pool.forget(self)
+        self._wake()
 
 
 class Response:

@@ -115,7 +115,10 @@ class OpenAICompatBackend:
             if not done:
                 raise UpstreamProtocolError("stream ended before [DONE]", deployment=self.name)
         except (TimeoutError, TransportError, httpx.HTTPError) as exc:
-            raise self._translate(exc, deadline) from None
+            translated = self._translate(exc, deadline)
+            if translated is None:
+                raise  # not the upstream's doing (a bad header, say): it goes up as it is
+            raise translated from None
         finally:
             deadline.cancel()
 
@@ -131,7 +134,7 @@ class OpenAICompatBackend:
             response = await self._client.send(upstream, stream=True)
         return _HttpxResponse(response, deadline)
 
-    def _translate(self, exc: Exception, deadline: _Deadline) -> Exception:
+    def _translate(self, exc: Exception, deadline: _Deadline) -> UpstreamError | None:
         if isinstance(exc, TimeoutError):
             limit = self._timeouts.stall_s if deadline.phase == "stall" else self._timeouts.first_token_s
             return UpstreamTimeout(
@@ -145,7 +148,7 @@ class OpenAICompatBackend:
             return UpstreamConnectError(f"cannot connect: {exc!r}", deployment=self.name)
         if isinstance(exc, ConnectionBroken | httpx.RemoteProtocolError | httpx.ReadError | httpx.WriteError):
             return UpstreamProtocolError(f"stream cut: {exc!r}", deployment=self.name)
-        return exc  # any other httpx error is not the upstream's doing: it goes up as it is
+        return None
 
     def _parse(self, data: bytes) -> Chunk:
         try:
@@ -252,8 +255,8 @@ class _Deadline:
 
     def cancel(self) -> None:
         if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+            self._timer.cancel()  # else it would sit in the loop's heap until the deadline
+        self._timer, self._timer_at = None, math.inf
 
 
 class _SSEData:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from gateway.cli.approvals import approvals_group
 from gateway.cli.audit import audit_group
 from gateway.cli.demo import demo_command
 from gateway.cli.keys import keys_group
@@ -23,3 +24,4 @@ cli.add_command(demo_command)
 cli.add_command(sim_command)
 cli.add_command(keys_group)
 cli.add_command(audit_group)
+cli.add_command(approvals_group)

@@ -17,10 +17,10 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
+from gateway import sse
 from gateway.auth import Authenticator
 from gateway.backends.base import Chunk
 from gateway.errors import GatewayError
-from gateway.http import sse
 from gateway.http.errors import gateway_error_body, gateway_error_response
 from gateway.http.requests import read_json_body
 from gateway.pipeline import Handler, RequestContext

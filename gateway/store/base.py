@@ -207,6 +207,41 @@ class Store(Protocol):
         """Remove state, events and lease; True if the session existed (any of them was live)."""
         ...
 
+    # --- approvals ------------------------------------------------------------------------
+    # An approval is a human's decision on a high-risk tool call: a JSON object the gateway
+    # builds, with at least `id`, `tenant`, `status` ("pending" | "approved" | "rejected" |
+    # "expired"), `requested_at` and `expires_at` (unix seconds), plus anything else it wants
+    # kept (fields round-trip unchanged). Namespaced by tenant: another tenant's id does not
+    # exist. Expiry is judged by the store's clock. Bad arguments raise ValueError before
+    # anything is touched (approval_record.py has the checks).
+    async def approval_put(self, record: dict[str, Any], ttl_s: float) -> None:
+        """Create an approval; its status must be "pending". Kept for ttl_s (> 0) after its
+        expires_at (for the audit trail and for clients asking about it), then forgotten. An
+        approval with the same tenant and id that still exists is left as it is: a retried put
+        cannot reset a decided approval."""
+        ...
+
+    async def approval_get(self, tenant: str, approval_id: str) -> dict[str, Any] | None:
+        """The record (with its decision merged in, once decided); a pending one whose
+        expires_at has passed reads as status "expired". None if unknown or forgotten."""
+        ...
+
+    async def approval_decide(
+        self, tenant: str, approval_id: str, decision: dict[str, Any]
+    ) -> tuple[bool, dict[str, Any] | None]:
+        """Atomically: if the approval exists, is pending and has not expired, merge `decision`
+        into it (its keys win; its status must be "approved" or "rejected", and it cannot carry
+        id, tenant, requested_at or expires_at) and return (True, the updated record).
+        Otherwise change nothing and return (False, the current record or None). Of concurrent
+        decisions, from any number of replicas, exactly one wins."""
+        ...
+
+    async def approval_list(self, tenant: str | None, status: str | None, limit: int) -> list[dict[str, Any]]:
+        """At most `limit` approvals, newest (requested_at) first, of one tenant or of every
+        tenant (None). `status` (None: any) filters on the status as read: a lapsed pending
+        approval lists as "expired" (and not as "pending")."""
+        ...
+
     # --- lifecycle ------------------------------------------------------------------------
     async def ping(self) -> None:
         """Raise StoreUnavailable if the backing service cannot be reached."""

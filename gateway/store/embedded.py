@@ -1,8 +1,9 @@
 """The default store for one replica with nothing else to run.
 
-Key records, the audit chain and session checkpoints live in `<path>/gateway.db` (SQLite,
-shared safely with CLI processes using the same file); quota counters live in this process's memory, which is exact
-for one replica and is lost on restart (windows are at most a day long).
+Key records, the audit chain, session checkpoints and approvals live in `<path>/gateway.db`
+(SQLite, shared safely with CLI processes using the same file); quota counters live in this
+process's memory, which is exact for one replica and is lost on restart (windows are at most a
+day long).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from typing import Any, TypeVar
 
 from gateway.errors import StoreUnavailable
 from gateway.settings import EmbeddedStoreSettings
+from gateway.store import approval_record
+from gateway.store import sqlite_approvals as approvals
 from gateway.store import sqlite_sessions as sessions
 from gateway.store.audit_batch import check_batch
 from gateway.store.base import AdmitRequest, AdmitResult, AuditHead, KeyRecord, QuotaScope, Reservation
@@ -136,6 +139,30 @@ class EmbeddedStore:
     async def session_delete(self, tenant: str, session_id: str) -> bool:
         now = self._clock()
         return await self._run(lambda db: sessions.delete(db, tenant, session_id, now))
+
+    # --- approvals ------------------------------------------------------------------------
+    async def approval_put(self, record: dict[str, Any], ttl_s: float) -> None:
+        new = approval_record.check_put(record, ttl_s)
+        now = self._clock()
+        await self._run(lambda db: approvals.put(db, new, now))
+
+    async def approval_get(self, tenant: str, approval_id: str) -> dict[str, Any] | None:
+        now = self._clock()
+        return await self._run(lambda db: approvals.get(db, tenant, approval_id, now))
+
+    async def approval_decide(
+        self, tenant: str, approval_id: str, decision: dict[str, Any]
+    ) -> tuple[bool, dict[str, Any] | None]:
+        blob = approval_record.check_decision(decision)
+        status, now = decision["status"], self._clock()
+        return await self._run(lambda db: approvals.decide(db, tenant, approval_id, blob, status, now))
+
+    async def approval_list(self, tenant: str | None, status: str | None, limit: int) -> list[dict[str, Any]]:
+        approval_record.check_status(status)
+        if limit <= 0:
+            return []
+        now = self._clock()
+        return await self._run(lambda db: approvals.list_approvals(db, tenant, status, limit, now))
 
     # --- lifecycle ------------------------------------------------------------------------
     async def ping(self) -> None:

@@ -16,6 +16,13 @@ Names carry Redis Cluster hash tags so that each Lua script touches a single slo
     <prefix>:{s:<tenant>:<session>}:state    string the session's state (JSON)
     <prefix>:{s:<tenant>:<session>}:events   stream one entry per SSE event, id "<seq>-0", field e
     <prefix>:{s:<tenant>:<session>}:lease    string the replica owning the live stream (PX expiry)
+    <prefix>:{approvals}:records             hash  <tenant>:<id> -> the approval as put (JSON, verbatim)
+    <prefix>:{approvals}:decisions           hash  <tenant>:<id> -> the decision merged into it (JSON)
+    <prefix>:{approvals}:deadlines           zset  <tenant>:<id> scored by expires_at
+    <prefix>:{approvals}:forget              zset  <tenant>:<id> scored by when it is forgotten
+                                                   (expires_at + the retention given to put)
+    <prefix>:{approvals}:order               zset  <tenant>:<id> scored by requested_at (every tenant)
+    <prefix>:{approvals}:tenant:<tenant>     zset  <tenant>:<id> scored by requested_at (one tenant)
 
 A tenant's quota keys share the tag `t:<tenant>`, so one admit for a key and its tenant is one
 script on one slot. The tenant is percent-encoded: a `}` or `:` in its name could otherwise end
@@ -26,6 +33,13 @@ A session's three keys share the tag `s:<tenant>:<session>` (both parts percent-
 two (tenant, session) pairs spell the same tag), so each session script touches one slot. State
 and events always share one expiry; the lease has its own, which saving or appending may cut to
 the session's but never extends (a dead replica's lease must lapse after its own short TTL).
+
+Approvals all share the tag `approvals` (like API keys share `keys`): listing across tenants,
+newest first, is then one script on one slot, and there are few of them (a human decides each).
+A member `<tenant>:<id>` has both parts percent-encoded, so `:` separates them unambiguously and
+another tenant's id is another member. Nothing here expires per member: a script treats a member
+whose forget time has passed as absent, and `approval_put` removes a batch of those for good. Each
+key expires (PEXPIREAT) when the last approval it holds is forgotten.
 """
 
 from __future__ import annotations
@@ -42,6 +56,10 @@ WINDOW_TTL_S = WINDOW_S + 5
 DAILY_TTL_S = 2 * 86_400
 # A lease set outlives its longest lease by this; renewing or taking a lease extends it.
 LEASE_TTL_MARGIN_S = 5
+# Forgotten approvals removed per approval_put: a put adds one, so this keeps well ahead.
+APPROVAL_PURGE_BATCH = 100
+# Members an approval listing reads per step while looking for `limit` matching ones.
+APPROVAL_LIST_CHUNK = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +135,44 @@ def event_seq(entry_id: bytes | str) -> int:
     """The seq of a session event from its stream entry id `<seq>-0`."""
     raw = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
     return int(raw.partition("-")[0])
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalKeys:
+    records: str
+    decisions: str
+    deadlines: str
+    forget: str
+    order: str
+
+
+def approval_keys(prefix: str) -> ApprovalKeys:
+    base = f"{prefix}:{{approvals}}"
+    return ApprovalKeys(
+        records=f"{base}:records",
+        decisions=f"{base}:decisions",
+        deadlines=f"{base}:deadlines",
+        forget=f"{base}:forget",
+        order=f"{base}:order",
+    )
+
+
+def approval_tenant_index_base(prefix: str) -> str:
+    """What a tenant's index name starts with; the purge script appends the member's tenant part."""
+    return f"{prefix}:{{approvals}}:tenant:"
+
+
+def approval_tenant_index(prefix: str, tenant: str) -> str:
+    return approval_tenant_index_base(prefix) + quote(tenant, safe="")
+
+
+def approval_member(tenant: str, approval_id: str) -> str:
+    return f"{quote(tenant, safe='')}:{quote(approval_id, safe='')}"
+
+
+def approval_forget_ms(forget_at: float) -> int:
+    """When the keys holding an approval may expire, as PEXPIREAT milliseconds (rounded up)."""
+    return math.ceil(forget_at * 1000)
 
 
 def all_keys_pattern(prefix: str) -> str:

@@ -1,8 +1,8 @@
 """The store for several replicas: everything in Redis, every multi-key operation one Lua script.
 
 Key names and TTLs are in gateway/store/keys.py, the scripts in gateway/store/lua/, sessions in
-gateway/store/redis_sessions.py. Every failure to talk to Redis becomes StoreUnavailable
-(redis_common.unavailable); nothing redis-specific gets out.
+gateway/store/redis_sessions.py, approvals in gateway/store/redis_approvals.py. Every failure to
+talk to Redis becomes StoreUnavailable (redis_common.unavailable); nothing redis-specific gets out.
 
 Failing fast matters more than riding out a blip: the caller decides (fail open or closed),
 so redis-py's own retries are off and every wait is bounded by the configured timeouts. A
@@ -31,6 +31,7 @@ from gateway.store.base import (
     Reservation,
     ScopeUsage,
 )
+from gateway.store.redis_approvals import RedisApprovals
 from gateway.store.redis_common import lua, unavailable
 from gateway.store.redis_sessions import RedisSessions
 
@@ -100,6 +101,7 @@ class RedisStore:
         self._find_key = self._redis.register_script(lua("find_key"))
         self._audit_append = self._redis.register_script(lua("audit_append"))
         self._sessions = RedisSessions(self._redis, self._prefix)
+        self._approvals = RedisApprovals(self._redis, self._prefix)
 
     # --- API keys -------------------------------------------------------------------------
     async def put_key(self, record: KeyRecord) -> None:
@@ -227,6 +229,21 @@ class RedisStore:
 
     async def session_delete(self, tenant: str, session_id: str) -> bool:
         return await self._sessions.delete(tenant, session_id)
+
+    # --- approvals ------------------------------------------------------------------------
+    async def approval_put(self, record: dict[str, Any], ttl_s: float) -> None:
+        await self._approvals.put(record, ttl_s)
+
+    async def approval_get(self, tenant: str, approval_id: str) -> dict[str, Any] | None:
+        return await self._approvals.get(tenant, approval_id)
+
+    async def approval_decide(
+        self, tenant: str, approval_id: str, decision: dict[str, Any]
+    ) -> tuple[bool, dict[str, Any] | None]:
+        return await self._approvals.decide(tenant, approval_id, decision)
+
+    async def approval_list(self, tenant: str | None, status: str | None, limit: int) -> list[dict[str, Any]]:
+        return await self._approvals.list(tenant, status, limit)
 
     # --- lifecycle ------------------------------------------------------------------------
     async def ping(self) -> None:

@@ -1,5 +1,6 @@
-"""Key records, the audit chain and sessions in one SQLite file: the embedded store's durable
-half (the session tables and queries are in sqlite_sessions.py).
+"""Key records, the audit chain, sessions and approvals in one SQLite file: the embedded store's
+durable half (the session and approval tables and queries are in sqlite_sessions.py and
+sqlite_approvals.py).
 
 Every method here blocks on disk; EmbeddedStore runs them in a worker thread. One connection
 serves the process, guarded by a lock (sqlite3 connections are not safe to share unguarded).
@@ -21,6 +22,7 @@ import orjson
 
 from gateway.store.audit_batch import canonical
 from gateway.store.base import AuditHead, KeyRecord
+from gateway.store.sqlite_approvals import SCHEMA as APPROVALS_SCHEMA
 from gateway.store.sqlite_sessions import SCHEMA as SESSIONS_SCHEMA
 from gateway.store.sqlite_tx import transaction
 
@@ -66,7 +68,7 @@ class SqliteDb:
         connection = sqlite3.connect(self._path, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
         try:
             _use_wal(connection)
-            connection.executescript(_SCHEMA + SESSIONS_SCHEMA)
+            connection.executescript(_SCHEMA + SESSIONS_SCHEMA + APPROVALS_SCHEMA)
         except BaseException:
             connection.close()
             raise

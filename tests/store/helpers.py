@@ -55,3 +55,25 @@ def chained(head: AuditHead, count: int, writer: str = "w") -> list[dict[str, An
         prev = hashlib.sha256(repr(body).encode()).hexdigest()
         records.append({**body, "hash": prev})
     return records
+
+
+def approval_record(
+    approval_id: str, tenant: str = "acme", requested_at: float = 0.0, **changes: Any
+) -> dict[str, Any]:
+    """A pending approval as the gateway builds one: requested `requested_at` (default now),
+    expiring 60 s later, with fields of every JSON kind that must round-trip unchanged."""
+    requested_at = requested_at or time.time()
+    return {
+        "id": approval_id,
+        "tenant": tenant,
+        "status": "pending",
+        "requested_at": requested_at,
+        "expires_at": requested_at + 60.0,
+        "key_id": "k1",
+        "session_id": None,
+        "tool": "shell.exec",
+        "arguments": {"cmd": "rm -rf /tmp/x", "n": 0.1 + 0.2, "big": 2**53 + 1, "list": [], "map": {}, "u": "日本/é"},
+        "arguments_sha256": hashlib.sha256(b"x").hexdigest(),
+        "reason": "matches rule high-risk",
+        **changes,
+    }

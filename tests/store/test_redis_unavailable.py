@@ -19,7 +19,7 @@ from gateway.errors import StoreUnavailable
 from gateway.settings import RedisStoreSettings
 from gateway.store.base import AuditHead, Reservation
 from gateway.store.redis_store import RedisStore
-from tests.store.helpers import admit_request, chained, key_record, key_scope
+from tests.store.helpers import admit_request, approval_record, chained, key_record, key_scope
 
 Call = Callable[[RedisStore], Awaitable[object]]
 
@@ -47,6 +47,11 @@ EVERY_CALL: dict[str, Call] = {
     "session_claim": lambda s: s.session_claim("acme", "s1", "replica-a", 5),
     "session_release": lambda s: s.session_release("acme", "s1", "replica-a"),
     "session_delete": lambda s: s.session_delete("acme", "s1"),
+    "approval_put": lambda s: s.approval_put(approval_record("a1"), 60),
+    "approval_get": lambda s: s.approval_get("acme", "a1"),
+    "approval_decide": lambda s: s.approval_decide("acme", "a1", {"status": "approved", "decided_by": "alice"}),
+    "approval_list(all)": lambda s: s.approval_list(None, None, 10),
+    "approval_list(tenant)": lambda s: s.approval_list("acme", "pending", 10),
 }
 
 

@@ -1,0 +1,345 @@
+"""What session checkpoints cost a streaming gateway: throughput with sessions on vs off.
+
+    python bench/checkpoint_cost.py [--quick] [--rounds 3] [--chunks 100] [--no-redis]
+
+One run starts the fast upstream (bench/fast_upstream.py, N chunks written at once) and four
+gateways: the embedded store and Redis, each with `sessions: {enabled: true}` (checkpoints every
+16 events or 100 ms, the defaults) and `sessions: {enabled: false}`. Alternating rounds measure
+every gateway at concurrency 1 and 16 with streams of 100 chunks, back to back, so that noise on
+this shared machine lands on all of them alike. The figure of merit is throughput on / off per
+store (median of the per-round ratios; target >= 0.9).
+
+Redis runs under a fresh key prefix `bench-<random>-<variant>`, whose keys are deleted afterwards
+with SCAN + DEL. It prints a Markdown table and the command, and writes the raw figures to
+bench/results/checkpoint-cost-<timestamp>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import datetime
+import os
+import platform
+import secrets
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+import uvloop
+from checkpoint_setup import (
+    REDIS_URL,
+    Variant,
+    delete_redis_keys,
+    redis_keys,
+    redis_problem,
+    session_count,
+    start_variant,
+)
+from procs import Service, StartError, rss_bytes
+from runner import Figures, Limits, PathUnderTest, Scenario, median_of, run_rounds
+from services import BENCH_DIR, REPO_DIR, issue_gateway_key, new_gateway_secret, start_upstream
+from source_info import describe, source_info
+
+TARGET_RATIO = 0.9
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    quick: bool
+    rounds: int
+    chunks: int
+    concurrency: int
+    requests_c1: int
+    requests: int
+    time_cap_s: float
+    redis: bool
+    out_dir: Path
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add = parser.add_argument
+    add("--quick", action="store_true", help="short windows and 2 rounds: a smoke run")
+    add("--rounds", type=int, help="rounds; the report takes medians (default 5, quick 2)")
+    add("--chunks", type=int, default=100, help="content chunks per stream (default 100)")
+    add("--concurrency", type=int, default=16, help="the high concurrency (default 16)")
+    add("--requests-c1", type=int, help="requests per window at concurrency 1 (default 600, quick 100)")
+    add("--requests", type=int, help="requests per window at the high concurrency (default 1500, quick 300)")
+    add("--time-cap", type=float, help="seconds a measured window may run (default 8, quick 3)")
+    add("--no-redis", action="store_true", help="measure the embedded store only")
+    add("--out-dir", type=Path, default=BENCH_DIR / "results", help="where the JSON goes")
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> Options:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    quick = bool(args.quick)
+    options = Options(
+        quick=quick,
+        rounds=args.rounds or (2 if quick else 5),
+        chunks=args.chunks,
+        concurrency=args.concurrency,
+        requests_c1=args.requests_c1 or (100 if quick else 600),
+        requests=args.requests or (300 if quick else 1500),
+        time_cap_s=args.time_cap or (3.0 if quick else 8.0),
+        redis=not args.no_redis,
+        out_dir=args.out_dir,
+    )
+    if min(options.rounds, options.chunks, options.concurrency, options.requests_c1, options.requests) < 1:
+        parser.error("counts must be at least 1")
+    return options
+
+
+def scenarios(options: Options) -> list[Scenario]:
+    return [
+        Scenario("stream c=1", True, 1, options.requests_c1),
+        Scenario(f"stream c={options.concurrency}", True, options.concurrency, options.requests),
+    ]
+
+
+def limits(options: Options) -> Limits:
+    warmup = 20 if options.quick else 50
+    return Limits(time_cap_s=options.time_cap_s, warmup_requests=warmup, warmup_cap_s=3.0, chunks=options.chunks)
+
+
+def variants(redis_prefix: str | None) -> list[Variant]:
+    stores = [("embedded", "")] + ([("redis", redis_prefix)] if redis_prefix else [])
+    return [
+        Variant(store, sessions, f"{prefix}-{'on' if sessions else 'off'}" if prefix else "")
+        for store, prefix in stores
+        for sessions in (True, False)
+    ]
+
+
+@contextlib.contextmanager
+def running(service: Service) -> Iterator[Service]:
+    try:
+        yield service
+    finally:
+        service.stop()
+
+
+@contextlib.contextmanager
+def redis_cleanup(prefix: str | None, report: dict[str, Any]) -> Iterator[None]:
+    """Delete every key under `prefix-*` when the run ends, however it ends; count what was there."""
+    try:
+        yield
+    finally:
+        if prefix is not None:
+            try:
+                keys = redis_keys(prefix + "-*")
+                report["keys_found"] = len(keys)
+                report["keys_deleted"] = delete_redis_keys(keys)
+                report["keys_left"] = len(redis_keys(prefix + "-*"))
+            except (subprocess.SubprocessError, OSError) as exc:
+                report["cleanup_failed"] = f"{exc!r}: delete the keys {prefix}-* by hand"
+                print(f"Redis cleanup failed: {exc!r}; keys {prefix}-* remain", file=sys.stderr)
+
+
+@dataclasses.dataclass
+class Outcome:
+    figures: list[Figures]
+    variants: list[Variant]
+    sessions_written: dict[str, int]
+    rss_bytes: dict[str, int]
+    redis: dict[str, Any]
+    load_at_start: float
+    source: dict[str, Any]
+
+
+def _start_paths(
+    stack: contextlib.ExitStack, workdir: Path, upstream: Service, chosen: list[Variant]
+) -> list[PathUnderTest]:
+    paths = []
+    for variant in chosen:
+        admin_key = new_gateway_secret()
+        gateway = stack.enter_context(running(start_variant(workdir, variant, upstream.url, admin_key)))
+        paths.append(PathUnderTest(variant.name, gateway.url, gateway, issue_gateway_key(gateway.url, admin_key)))
+    return paths
+
+
+def measure(options: Options, redis_prefix: str | None, redis: dict[str, Any]) -> Outcome:
+    load_at_start = os.getloadavg()[0]
+    source = source_info(REPO_DIR)
+    chosen = variants(redis_prefix)
+    with (
+        tempfile.TemporaryDirectory(prefix="checkpoint-cost-") as tmp,
+        redis_cleanup(redis_prefix, redis),
+        contextlib.ExitStack() as stack,
+    ):
+        workdir = Path(tmp)
+        upstream = stack.enter_context(running(start_upstream(workdir, options.chunks)))
+        paths = _start_paths(stack, workdir, upstream, chosen)
+        figures = uvloop.run(run_rounds(options.rounds, scenarios(options), paths, upstream, limits(options)))
+        rss = {p.name: rss_bytes(p.proxy.pids()) for p in paths if p.proxy is not None}
+        time.sleep(0.5)  # the last checkpoints are written off the request path
+        written = {v.name: session_count(workdir, v) for v in chosen}
+    return Outcome(figures, chosen, written, rss, redis, load_at_start, source)
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    store: str
+    scenario: str
+    on_rps: float | None
+    off_rps: float | None
+    on_chunks_per_s: float | None
+    off_chunks_per_s: float | None
+    ratio: float | None  # median of per-round on/off req/s ratios
+    ratio_min: float | None
+    ratio_max: float | None
+    on_p50_ms: float | None
+    off_p50_ms: float | None
+    on_ttft_ms: float | None
+    off_ttft_ms: float | None
+    on_cpu_ms: float | None
+    off_cpu_ms: float | None
+    errors: int
+
+
+def _windows(figures: Sequence[Figures], scenario: str, path: str) -> dict[int, Figures]:
+    return {f.round: f for f in figures if f.scenario == scenario and f.path == path}
+
+
+def _ratios(on: dict[int, Figures], off: dict[int, Figures]) -> list[float]:
+    return [on[r].rps / off[r].rps for r in on if r in off and off[r].rps > 0]
+
+
+def _times(value: float | None, factor: int) -> float | None:
+    return None if value is None else value * factor
+
+
+def row(figures: Sequence[Figures], store: str, scenario: str, chunks: int) -> Row:
+    on = _windows(figures, scenario, f"{store} sessions on")
+    off = _windows(figures, scenario, f"{store} sessions off")
+    each = _ratios(on, off)
+    on_rps, off_rps = median_of([f.rps for f in on.values()]), median_of([f.rps for f in off.values()])
+    return Row(
+        store=store,
+        scenario=scenario,
+        on_rps=on_rps,
+        off_rps=off_rps,
+        on_chunks_per_s=_times(on_rps, chunks),
+        off_chunks_per_s=_times(off_rps, chunks),
+        ratio=median_of(list(each)),
+        ratio_min=min(each, default=None),
+        ratio_max=max(each, default=None),
+        on_p50_ms=median_of([f.p50_ms for f in on.values()]),
+        off_p50_ms=median_of([f.p50_ms for f in off.values()]),
+        on_ttft_ms=median_of([f.ttft_p50_ms for f in on.values()]),
+        off_ttft_ms=median_of([f.ttft_p50_ms for f in off.values()]),
+        on_cpu_ms=median_of([f.proxy_cpu_ms_per_req for f in on.values()]),
+        off_cpu_ms=median_of([f.proxy_cpu_ms_per_req for f in off.values()]),
+        errors=sum(f.errors for f in [*on.values(), *off.values()]),
+    )
+
+
+def table(options: Options, outcome: Outcome) -> list[Row]:
+    stores = list(dict.fromkeys(v.store for v in outcome.variants))
+    return [row(outcome.figures, store, s.name, options.chunks) for store in stores for s in scenarios(options)]
+
+
+def _cell(value: float | None, digits: int = 0) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def markdown(rows: Sequence[Row]) -> str:
+    head = (
+        "| store | scenario | req/s on | req/s off | chunks/s on | chunks/s off | on/off (min-max) "
+        f"| >= {TARGET_RATIO:g} | p50 ms on / off | TTFT p50 ms on / off | gateway CPU ms/req on / off | errors |"
+    )
+    lines = [head, "|" + "---|" * 12]
+    for r in rows:
+        met = "-" if r.ratio is None else ("yes" if r.ratio >= TARGET_RATIO else "no")
+        spread = f"{_cell(r.ratio, 3)} ({_cell(r.ratio_min, 3)}-{_cell(r.ratio_max, 3)})"
+        cells = [r.store, r.scenario, _cell(r.on_rps), _cell(r.off_rps), _cell(r.on_chunks_per_s)]
+        cells += [_cell(r.off_chunks_per_s), spread, met, f"{_cell(r.on_p50_ms, 2)} / {_cell(r.off_p50_ms, 2)}"]
+        cells += [f"{_cell(r.on_ttft_ms, 2)} / {_cell(r.off_ttft_ms, 2)}"]
+        cells += [f"{_cell(r.on_cpu_ms, 2)} / {_cell(r.off_cpu_ms, 2)}", str(r.errors)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def command_line() -> str:
+    return shlex.join(["python", "bench/checkpoint_cost.py", *sys.argv[1:]])
+
+
+def machine() -> dict[str, Any]:
+    return {"python": platform.python_version(), "cpus": os.cpu_count(), "load_average": os.getloadavg()}
+
+
+def print_report(options: Options, outcome: Outcome, took_s: float) -> None:
+    print(f"\n## Session checkpoint cost (median of {options.rounds} rounds, {options.chunks}-chunk streams)\n")
+    print(markdown(table(options, outcome)))
+    print("\nSessions checkpointed per gateway: " + ", ".join(f"{k} {v}" for k, v in outcome.sessions_written.items()))
+    print("RSS at the end: " + ", ".join(f"{k} {v / 2**20:.0f} MiB" for k, v in outcome.rss_bytes.items()))
+    if outcome.redis:
+        print(f"Redis ({REDIS_URL}): " + ", ".join(f"{k} {v}" for k, v in outcome.redis.items()))
+    info = machine()
+    loads = f"{outcome.load_at_start:.2f} at the start, {info['load_average'][0]:.2f} at the end"
+    print(f"Machine: {info['cpus']} CPUs, Python {info['python']}, load average {loads}.")
+    print(f"Code: {describe(outcome.source)} (when the run started).")
+    print(f"Command: `{command_line()}` (took {took_s:.0f} s)")
+
+
+def write_results(options: Options, outcome: Outcome, took_s: float) -> Path:
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+    options.out_dir.mkdir(parents=True, exist_ok=True)
+    path = options.out_dir / f"checkpoint-cost-{stamp}.json"
+    document = {
+        "command": command_line(),
+        "took_s": took_s,
+        "source": outcome.source,
+        "machine": {**machine(), "load_average_1m_at_start": outcome.load_at_start},
+        "options": {k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(options).items()},
+        "variants": [dataclasses.asdict(v) for v in outcome.variants],
+        "summary": [dataclasses.asdict(r) for r in table(options, outcome)],
+        "sessions_written": outcome.sessions_written,
+        "rss_bytes": outcome.rss_bytes,
+        "redis": outcome.redis,
+        "windows": [dataclasses.asdict(f) for f in outcome.figures],
+    }
+    path.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2))
+    return path
+
+
+def _redis_prefix(options: Options, redis: dict[str, Any]) -> str | None:
+    if not options.redis:
+        redis["skipped"] = "--no-redis"
+        return None
+    problem = redis_problem()
+    if problem:
+        print(f"Redis not measured: {problem}", file=sys.stderr)
+        redis["skipped"] = problem
+        return None
+    prefix = "bench-" + secrets.token_hex(6)
+    redis["key_prefix"] = prefix + "-{on,off}"
+    return prefix
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = parse_args(argv)
+    started = time.monotonic()
+    redis: dict[str, Any] = {}
+    try:
+        outcome = measure(options, _redis_prefix(options, redis), redis)
+    except StartError as exc:
+        print(f"cannot run the benchmark: {exc}", file=sys.stderr)
+        return 1
+    took_s = time.monotonic() - started
+    print_report(options, outcome, took_s)
+    print(f"Raw figures: {write_results(options, outcome, took_s)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""`/admin/approvals` and `/admin/policies`: deciding held tool calls, reloading the policy file,
+and the approvals web page."""
+
+# No `from __future__ import annotations`: FastAPI reads the endpoint annotations at runtime.
+from importlib.resources import files
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import HTMLResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from gateway.approvals import ApprovalService
+from gateway.auth import Authenticator
+from gateway.errors import InvalidRequest, PermissionDenied
+from gateway.principal import Principal, Scope
+from gateway.tool_policy import PolicyHolder
+
+
+class DecisionBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str = Field(default="", max_length=2000)
+
+
+def build_approvals_router(
+    authenticator: Authenticator, approvals: ApprovalService, policies: PolicyHolder
+) -> APIRouter:
+    router = APIRouter(prefix="/admin")
+
+    async def caller(request: Request) -> Principal:
+        return await authenticator.authenticate(request.headers)
+
+    Caller = Annotated[Principal, Depends(caller)]
+
+    @router.get("/approvals")
+    async def list_approvals(
+        actor: Caller, status: str | None = None, limit: Annotated[int, Query(ge=1, le=1000)] = 100
+    ) -> dict[str, Any]:
+        return {"data": await approvals.list(actor, status, limit)}
+
+    @router.get("/approvals/{approval_id}")
+    async def show_approval(approval_id: str, actor: Caller) -> dict[str, Any]:
+        return await approvals.get(actor, approval_id)
+
+    @router.post("/approvals/{approval_id}/approve")
+    async def approve(approval_id: str, actor: Caller, body: DecisionBody | None = None) -> dict[str, Any]:
+        return await approvals.decide(actor, approval_id, approve=True, reason=body.reason if body else "")
+
+    @router.post("/approvals/{approval_id}/reject")
+    async def reject(approval_id: str, actor: Caller, body: DecisionBody | None = None) -> dict[str, Any]:
+        return await approvals.decide(actor, approval_id, approve=False, reason=body.reason if body else "")
+
+    @router.get("/policies")
+    async def show_policies(actor: Caller) -> dict[str, Any]:
+        actor.require(Scope.ADMIN)
+        return {"policies": sorted(policies.engine.file.policies), "last_reload_error": policies.last_error}
+
+    @router.post("/policies/reload")
+    async def reload_policies(actor: Caller) -> dict[str, Any]:
+        actor.require(Scope.ADMIN)
+        if not actor.all_tenants:
+            raise PermissionDenied("the policy file applies to every tenant; reloading it needs such a key")
+        problems = policies.reload()
+        if problems:
+            raise InvalidRequest("policy file rejected, the previous policy stays: " + "; ".join(problems))
+        return {"reloaded": True, "policies": sorted(policies.engine.file.policies)}
+
+    @router.get("/ui/approvals", response_class=HTMLResponse, include_in_schema=False)
+    async def approvals_page() -> HTMLResponse:
+        # The page holds no data: it asks the API above with the key the approver types in.
+        return HTMLResponse(files("gateway.http.admin_ui").joinpath("approvals.html").read_text())
+
+    return router

@@ -1,0 +1,79 @@
+"""Approvals in Redis: every key under the one tag `approvals` (see gateway/store/keys.py), every
+call one script that reads the server's clock (TIME), so that replicas with skewed clocks agree
+on whether an approval has expired. The record is kept byte for byte as put and the decision
+beside it: no script re-encodes JSON (cjson would round floats and turn [] into {}).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from redis.asyncio import Redis
+
+from gateway.store import approval_record as approvals
+from gateway.store import keys
+from gateway.store.redis_common import lua, unavailable
+
+
+def _text(raw: bytes | str) -> str:
+    return raw.decode() if isinstance(raw, bytes) else raw
+
+
+def _read(record: bytes | str, decision: bytes | str, state: bytes | str) -> dict[str, Any]:
+    return approvals.read(record, decision or None, _text(state))
+
+
+class RedisApprovals:
+    def __init__(self, redis: Redis, prefix: str) -> None:
+        self._prefix = prefix
+        self._keys = keys.approval_keys(prefix)
+        self._put = redis.register_script(lua("approval_put"))
+        self._get = redis.register_script(lua("approval_get"))
+        self._decide = redis.register_script(lua("approval_decide"))
+        self._list = redis.register_script(lua("approval_list"))
+
+    def _record_keys(self) -> list[str]:
+        return [self._keys.records, self._keys.decisions, self._keys.deadlines, self._keys.forget]
+
+    async def put(self, record: dict[str, Any], ttl_s: float) -> None:
+        new = approvals.check_put(record, ttl_s)
+        names = [*self._record_keys(), self._keys.order, keys.approval_tenant_index(self._prefix, new.tenant)]
+        args: list[str | float | int | bytes] = [
+            keys.approval_member(new.tenant, new.id),
+            new.blob,
+            repr(new.requested_at),
+            repr(new.expires_at),
+            repr(new.forget_at),
+            keys.approval_forget_ms(new.forget_at),
+            keys.approval_tenant_index_base(self._prefix),
+            keys.APPROVAL_PURGE_BATCH,
+        ]
+        with unavailable("approval_put"):
+            await self._put(keys=names, args=args)
+
+    async def get(self, tenant: str, approval_id: str) -> dict[str, Any] | None:
+        with unavailable("approval_get"):
+            raw = await self._get(keys=self._record_keys(), args=[keys.approval_member(tenant, approval_id)])
+        return None if raw is None else _read(*raw)
+
+    async def decide(
+        self, tenant: str, approval_id: str, decision: dict[str, Any]
+    ) -> tuple[bool, dict[str, Any] | None]:
+        blob = approvals.check_decision(decision)
+        args: list[str | bytes] = [keys.approval_member(tenant, approval_id), blob]
+        with unavailable("approval_decide"):
+            raw = await self._decide(keys=self._record_keys(), args=args)
+        if raw is None:
+            return False, None
+        won, *stored = raw
+        return bool(won), _read(*stored)
+
+    async def list(self, tenant: str | None, status: str | None, limit: int) -> list[dict[str, Any]]:
+        approvals.check_status(status)
+        if limit <= 0:
+            return []
+        index = self._keys.order if tenant is None else keys.approval_tenant_index(self._prefix, tenant)
+        names = [index, *self._record_keys()]
+        with unavailable("approval_list"):
+            raw = await self._list(keys=names, args=[status or "", limit, keys.APPROVAL_LIST_CHUNK])
+        return [_read(*raw[i : i + 3]) for i in range(0, len(raw), 3)]

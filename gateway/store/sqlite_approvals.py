@@ -1,0 +1,111 @@
+"""Approvals in the embedded store's SQLite file (see gateway/store/base.py for the contract).
+
+One row per approval: the record exactly as put, the decision beside it once there is one, and
+the columns the queries need. `status` is 'pending' until decided; a pending row whose
+`expires_at` has passed reads as expired (nothing is written when it lapses). A row whose
+`forget_at` (expires_at + the retention) has passed reads as absent; puts remove such rows.
+
+Every function here is one statement or one transaction, all times the store's clock.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from gateway.store import approval_record as approvals
+from gateway.store.sqlite_tx import transaction
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS approvals (
+    tenant TEXT NOT NULL,
+    id TEXT NOT NULL,
+    status TEXT NOT NULL,        -- 'pending', 'approved' or 'rejected'
+    requested_at REAL NOT NULL,
+    expires_at REAL NOT NULL,    -- a pending approval lapses then (unix seconds)
+    forget_at REAL NOT NULL,     -- it does not exist from then on
+    record BLOB NOT NULL,        -- JSON, as put
+    decision BLOB,               -- JSON merged over the record; NULL until decided
+    PRIMARY KEY (tenant, id)
+);
+CREATE INDEX IF NOT EXISTS approvals_order ON approvals (requested_at);
+CREATE INDEX IF NOT EXISTS approvals_tenant_order ON approvals (tenant, requested_at);
+CREATE INDEX IF NOT EXISTS approvals_forget ON approvals (forget_at);
+"""
+
+PURGE_BATCH = 200  # forgotten approvals removed per put, so that one put stays short
+
+_STATE = f"""CASE WHEN decision IS NOT NULL THEN '{approvals.DECIDED}'
+    WHEN expires_at <= :now THEN '{approvals.EXPIRED}' ELSE '{approvals.PENDING}' END"""
+
+_EFFECTIVE_STATUS = "CASE WHEN status = 'pending' AND expires_at <= :now THEN 'expired' ELSE status END"
+
+_GET = f"SELECT record, decision, {_STATE} FROM approvals WHERE tenant = :tenant AND id = :id AND forget_at > :now"
+
+_LIST = f"""
+SELECT record, decision, {_STATE} FROM approvals
+WHERE forget_at > :now {{tenant}} AND (:status IS NULL OR {_EFFECTIVE_STATUS} = :status)
+ORDER BY requested_at DESC, tenant DESC, id DESC LIMIT :limit
+"""
+_LIST_ALL = _LIST.format(tenant="")
+_LIST_TENANT = _LIST.format(tenant="AND tenant = :tenant")
+
+_PURGE = """
+DELETE FROM approvals WHERE rowid IN (SELECT rowid FROM approvals WHERE forget_at <= :now LIMIT :batch)
+"""
+
+_INSERT = """
+INSERT OR IGNORE INTO approvals (tenant, id, status, requested_at, expires_at, forget_at, record)
+SELECT :tenant, :id, 'pending', :requested_at, :expires_at, :forget_at, :record WHERE :forget_at > :now
+"""
+
+# The condition is the whole decision: SQLite runs it atomically, and the write lock taken by
+# BEGIN IMMEDIATE keeps another process from deciding between it and the read that follows.
+_DECIDE = """
+UPDATE approvals SET status = :status, decision = :decision
+WHERE tenant = :tenant AND id = :id AND status = 'pending' AND expires_at > :now
+"""
+
+
+def _read(row: tuple[Any, ...] | None) -> dict[str, Any] | None:
+    return None if row is None else approvals.read(row[0], row[1], row[2])
+
+
+def put(db: sqlite3.Connection, new: approvals.NewApproval, now: float) -> None:
+    """A live approval with the same tenant and id is left as it is (a retried put cannot reset
+    a decided one); a forgotten one is replaced."""
+    params = {
+        "tenant": new.tenant,
+        "id": new.id,
+        "requested_at": new.requested_at,
+        "expires_at": new.expires_at,
+        "forget_at": new.forget_at,
+        "record": new.blob,
+        "now": now,
+    }
+    with transaction(db, "BEGIN IMMEDIATE"):
+        db.execute(_PURGE, {"now": now, "batch": PURGE_BATCH})
+        db.execute("DELETE FROM approvals WHERE tenant = :tenant AND id = :id AND forget_at <= :now", params)
+        db.execute(_INSERT, params)
+
+
+def get(db: sqlite3.Connection, tenant: str, approval_id: str, now: float) -> dict[str, Any] | None:
+    return _read(db.execute(_GET, {"tenant": tenant, "id": approval_id, "now": now}).fetchone())
+
+
+def decide(
+    db: sqlite3.Connection, tenant: str, approval_id: str, decision: bytes, status: str, now: float
+) -> tuple[bool, dict[str, Any] | None]:
+    where = {"tenant": tenant, "id": approval_id, "now": now}
+    with transaction(db, "BEGIN IMMEDIATE"):
+        won = db.execute(_DECIDE, {**where, "status": status, "decision": decision}).rowcount == 1
+        row = db.execute(_GET, where).fetchone()
+    return won, _read(row)
+
+
+def list_approvals(
+    db: sqlite3.Connection, tenant: str | None, status: str | None, limit: int, now: float
+) -> list[dict[str, Any]]:
+    query = _LIST_ALL if tenant is None else _LIST_TENANT
+    rows = db.execute(query, {"tenant": tenant, "status": status, "limit": limit, "now": now}).fetchall()
+    return [approvals.read(row[0], row[1], row[2]) for row in rows]

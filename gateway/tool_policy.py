@@ -1,0 +1,251 @@
+"""Tool policy in the request path: default deny, whitelist, argument rules, human approval.
+
+Before the call: tools the key may not use are stripped (or the request refused), a tool_choice
+naming one is a 403, and a `role: tool` message is accepted only if it answers a call this key
+may make - approved, for a high-risk tool - so the result of a denied call cannot be smuggled
+back to the model. After the call: every tool call the model returns arrives whole (the router
+holds deltas until a call is complete) and is decided before anything of it reaches the client.
+A denied call is replaced by a note saying what was blocked and why; a high-risk call waits for
+a person (`wait`) or is parked (`defer`: the client asks again with `X-Approval-Id`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+from collections.abc import AsyncGenerator
+from pathlib import Path
+from typing import Any
+
+from gateway.approvals import APPROVED, PENDING, ApprovalService
+from gateway.audit import AuditWriter
+from gateway.backends.base import Chunk, ToolCallDelta
+from gateway.errors import InvalidRequest, PermissionDenied
+from gateway.pipeline import Handler, RequestContext
+from policies import (
+    Allow,
+    ApprovalMode,
+    Deny,
+    InvalidApprovalToken,
+    NeedsApproval,
+    OnForbidden,
+    Policy,
+    PolicyEngine,
+    PolicyError,
+    PolicyFile,
+    load_policy_file,
+    verify_approval_token,
+)
+
+log = logging.getLogger(__name__)
+APPROVAL_HEADER = "x-approval-id"
+
+
+class PolicyHolder:
+    """The policy file in force. A bad file is rejected whole and the previous one kept."""
+
+    def __init__(self, path: Path | None) -> None:
+        self._path = path
+        self.engine = PolicyEngine(PolicyFile())
+        self.last_error: list[str] = []
+        self._mtime = 0.0
+        if path is not None:
+            self.engine = PolicyEngine(load_policy_file(path))  # at startup a bad file is fatal
+            self._mtime = path.stat().st_mtime
+
+    def reload(self) -> list[str]:
+        """Load the file again; the problems, if it was rejected (the old policy stays)."""
+        if self._path is None:
+            return []
+        try:
+            mtime = self._path.stat().st_mtime
+            self.engine = PolicyEngine(load_policy_file(self._path))
+        except PolicyError as error:
+            self.last_error = list(error.problems)
+            log.error("policy file rejected, keeping the previous one: %s", "; ".join(error.problems))
+            return self.last_error
+        except OSError as error:
+            self.last_error = [f"{self._path}: {error.strerror or error}"]
+            return self.last_error
+        self._mtime, self.last_error = mtime, []
+        return []
+
+    async def watch(self, interval_s: float) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            with contextlib.suppress(OSError):
+                if self._path is not None and self._path.stat().st_mtime != self._mtime:
+                    self.reload()
+
+
+class ToolPolicy:
+    """The pipeline stage."""
+
+    def __init__(self, holder: PolicyHolder, approvals: ApprovalService, audit: AuditWriter, poll_s: float) -> None:
+        self._holder = holder
+        self._approvals = approvals
+        self._audit = audit
+        self._poll_s = poll_s
+
+    async def __call__(self, ctx: RequestContext, call_next: Handler) -> AsyncGenerator[Chunk, None]:
+        assert ctx.principal is not None
+        engine = self._holder.engine
+        policy = engine.policy_for(ctx.principal.tenant, ctx.principal.key_id)
+        self._check_request(ctx, engine, policy)
+        approval_id = ctx.headers.get(APPROVAL_HEADER)
+        if approval_id:
+            yield await self._deferred_answer(ctx, approval_id)
+            return
+        released = 0
+        async with contextlib.aclosing(call_next(ctx)) as chunks:
+            async for chunk in chunks:
+                if chunk.tool_calls:
+                    calls = chunk.tool_calls
+                    chunk.tool_calls = []
+                    for call in calls:
+                        released += await self._judge(ctx, engine, policy, call, chunk)
+                if chunk.finish_reason == "tool_calls" and released == 0:
+                    chunk.finish_reason = "stop"  # every call was withheld: the turn ends with the note
+                yield chunk
+
+    # --- before the call ------------------------------------------------------------------------
+    def _check_request(self, ctx: RequestContext, engine: PolicyEngine, policy: Policy | None) -> None:
+        body = ctx.body
+        if body.get("tools"):
+            kept, removed = engine.filter_tools(policy, body["tools"])
+            if removed and policy is not None and policy.on_forbidden_tools is OnForbidden.REJECT:
+                raise PermissionDenied(f"this key may not use the tools: {', '.join(removed)}")
+            body = {k: v for k, v in body.items() if k not in ("tools", "tool_choice")}
+            if kept:
+                body["tools"] = kept
+                if "tool_choice" in ctx.body:
+                    body["tool_choice"] = ctx.body["tool_choice"]
+        forced = engine.tool_choice_target(ctx.body.get("tool_choice"))
+        if forced is not None and not engine.may_use(policy, forced):
+            raise PermissionDenied(f"tool_choice names '{forced}', which this key may not use")
+        self._check_tool_results(body.get("messages", []), engine, policy)
+        ctx.body = body
+
+    def _check_tool_results(self, messages: list[dict[str, Any]], engine: PolicyEngine, policy: Policy | None) -> None:
+        calls = {
+            call.get("id"): call
+            for message in messages
+            if message.get("role") == "assistant"
+            for call in message.get("tool_calls") or ()
+        }
+        for index, message in enumerate(messages):
+            if message.get("role") != "tool":
+                continue
+            param = f"messages[{index}]"
+            call = calls.get(message.get("tool_call_id"))
+            if call is None:
+                raise InvalidRequest(f"{param} answers a tool call that is not in the conversation", param=param)
+            function = call.get("function") or {}
+            # OpenAI sends "{}" for a call without arguments; some clients drop the field.
+            name, arguments = str(function.get("name")), str(function.get("arguments") or "{}")
+            decision = engine.decide(policy, name, arguments)
+            if isinstance(decision, Deny):
+                raise InvalidRequest(f"{param} is the result of '{name}', which this key may not use", param=param)
+            if isinstance(decision, NeedsApproval):
+                self._check_approved(call, name, arguments, param)
+
+    def _check_approved(self, call: dict[str, Any], name: str, arguments: str, param: str) -> None:
+        token = call.get("approval_token")
+        if not isinstance(token, str):
+            raise InvalidRequest(f"{param} is the result of '{name}', which was never approved", param=param)
+        try:
+            verify_approval_token(token, self._approvals.secret, name, arguments)
+        except InvalidApprovalToken as error:
+            raise InvalidRequest(
+                f"{param}: the approval of '{name}' does not check out ({error})", param=param
+            ) from None
+
+    # --- after the call -------------------------------------------------------------------------
+    async def _judge(
+        self, ctx: RequestContext, engine: PolicyEngine, policy: Policy | None, call: ToolCallDelta, chunk: Chunk
+    ) -> int:
+        """Decide one complete call; put it back on `chunk` if released. Returns 1 if released."""
+        name, arguments = call.name or "", call.arguments
+        decision = engine.decide(policy, name, arguments)
+        if isinstance(decision, Allow):
+            chunk.tool_calls.append(call)
+            await self._record(ctx, name, arguments, "allow")
+            return 1
+        if isinstance(decision, Deny):
+            _note(chunk, f"The gateway blocked a call to '{name}': {decision.reason}")
+            await self._record(ctx, name, arguments, "deny", decision.code, decision.reason)
+            return 0
+        assert isinstance(decision, NeedsApproval)
+        assert ctx.principal is not None
+        record = await self._approvals.request(ctx.principal, ctx.session_id, call.id or "", name, arguments, decision)
+        await self._record(ctx, name, arguments, "approval_requested", approval_id=record["id"])
+        if decision.mode is ApprovalMode.DEFER:
+            ctx.response_headers["X-Approval-Id"] = record["id"]
+            _note(
+                chunk,
+                f"The call to '{name}' awaits human approval (approval id {record['id']}). "
+                "Continue with the header X-Approval-Id once it is decided.",
+            )
+            return 0
+        decided = await self._approvals.wait(record["tenant"], record["id"], decision.timeout_s, self._poll_s)
+        return self._release_or_note(call, decided, chunk)
+
+    def _release_or_note(self, call: ToolCallDelta, decided: dict[str, Any], chunk: Chunk) -> int:
+        if decided["status"] == APPROVED:
+            call.extra = {"approval_id": decided["id"], "approval_token": decided["token"]}
+            chunk.tool_calls.append(call)
+            return 1
+        reason = decided.get("decision_reason") or decided["status"]
+        _note(chunk, f"The call to '{call.name}' was not approved ({decided['status']}: {reason}).")
+        return 0
+
+    async def _deferred_answer(self, ctx: RequestContext, approval_id: str) -> Chunk:
+        """The answer to a deferred call: the call exactly as approved, or the rejection."""
+        assert ctx.principal is not None
+        decided = await self._approvals.lookup(ctx.principal.tenant, approval_id)
+        chunk = Chunk(role="assistant", finish_reason="tool_calls")
+        if decided["status"] == PENDING:
+            _note(chunk, f"Approval {approval_id} is still pending.")
+            chunk.finish_reason = "stop"
+            return chunk
+        call = ToolCallDelta(0, decided["call_id"] or f"call_{approval_id}", decided["tool"], decided["arguments"])
+        if not self._release_or_note(call, decided, chunk):
+            chunk.finish_reason = "stop"
+        return chunk
+
+    async def _record(
+        self,
+        ctx: RequestContext,
+        tool: str,
+        arguments: str,
+        decision: str,
+        code: str = "",
+        reason: str = "",
+        approval_id: str | None = None,
+    ) -> None:
+        assert ctx.principal is not None
+        await self._audit.submit(
+            {
+                "kind": "policy",
+                "request_id": ctx.request_id,
+                "tenant": ctx.principal.tenant,
+                "key_id": ctx.principal.key_id,
+                "session_id": ctx.session_id,
+                "tool": tool,
+                "decision": decision,
+                "code": code,
+                "reason": reason,
+                "approval_id": approval_id,
+                "arguments_sha256": _digest(arguments),
+            }
+        )
+
+
+def _note(chunk: Chunk, text: str) -> None:
+    chunk.content = f"{chunk.content or ''}\n{text}".lstrip("\n")
+
+
+def _digest(arguments: str) -> str:
+    return hashlib.sha256(arguments.encode()).hexdigest()
