@@ -31,8 +31,9 @@ class ScriptedBackend:
         self.requests.append(request)
         script = self._scripts.pop(0) if len(self._scripts) > 1 else self._scripts[0]
         yield Chunk(role="assistant", content="")
-        for early in self.prelude:
-            yield Chunk(tool_calls=[ToolCallDelta(t.index, t.id, t.name, t.arguments) for t in early.tool_calls])
+        for early in self.prelude:  # copies: the gateway may change the chunks it is given
+            calls = [ToolCallDelta(t.index, t.id, t.name, t.arguments) for t in early.tool_calls]
+            yield Chunk(content=early.content, tool_calls=calls, finish_reason=early.finish_reason)
         for i, token in enumerate(script.tokens):
             if script.error is not None and i == script.fail_after:
                 raise script.error

@@ -344,13 +344,11 @@ class ConnectionPool:
         self._open = 0
         self._waiters: list[asyncio.Future[None]] = []
         self._closed = False
-        self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
-        if self._loop is None:
-            self._loop = asyncio.get_running_loop()
-        return self._loop
+        # Looked up each time, not kept: a pool built, or first used, under another loop still works.
+        return asyncio.get_running_loop()
 
     async def request(self, data: bytes, wait: Wait, limit_at: float) -> Response:
         """Send a rendered request; return once the response head is in.

@@ -323,6 +323,11 @@ def _direct_route(
         return None
     if url.query or url.fragment or _proxied(url):
         return None
+    fixed = {**headers, **_json_headers({}), "accept-encoding": "gzip, deflate", "user-agent": "agent-gateway"}
+    try:
+        template = RequestTemplate("POST", url.path.rstrip("/") + "/chat/completions", url.netloc, fixed)
+    except ValueError:
+        return None  # a key that is no valid header: httpx refuses each request, as it always did
     tls = None
     if url.scheme == "https":
         tls = httpx.create_ssl_context()  # the trust store httpx would use (certifi, SSL_CERT_FILE)
@@ -331,8 +336,7 @@ def _direct_route(
     pool = ConnectionPool(
         origin, max_connections=deployment.max_inflight, connect_timeout_s=deployment.timeouts.connect_s
     )
-    fixed = {**headers, **_json_headers({}), "accept-encoding": "gzip, deflate", "user-agent": "agent-gateway"}
-    return pool, RequestTemplate("POST", url.path.rstrip("/") + "/chat/completions", url.netloc, fixed)
+    return pool, template
 
 
 def _proxied(url: SplitResult) -> bool:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import secrets
 import tempfile
+from importlib.resources import files
 from pathlib import Path
 
 import click
@@ -34,7 +36,10 @@ Or: curl {url}/v1/chat/completions -H 'authorization: Bearer {key}' \\
       -H 'content-type: application/json' \\
       -d '{{"model": "sim-model", "messages": [{{"role": "user", "content": "Hello!"}}]}}'
 
-The key belongs to tenant "demo" (600 requests/min). Keys and the audit log live in {data}
+The key belongs to tenant "demo" (600 requests/min), whose tool policy is {policy}
+(get_weather and lookup_order are allowed; refund_payment waits for a person's approval).
+Approve held calls at {url}/admin/ui/approvals with the approver key {approver}
+Keys and the audit log live in {data}
 Health: {url}/readyz    Stop: Ctrl-C
 """
 
@@ -51,22 +56,26 @@ def demo_settings(sim_urls: list[str], data_dir: Path) -> dict[str, object]:
         }
         for i, url in enumerate(sim_urls)
     ]
+    demo_policy = files("policies.examples").joinpath("demo.yaml")
     return {
         "store": {"kind": "embedded", "path": str(data_dir)},
+        "tools": {"policy_file": str(demo_policy), "approval_secret": secrets.token_urlsafe(32)},
         "models": [{"name": "sim-model", "deployments": deployments}],
     }
 
 
-async def _demo_key(settings: Settings) -> str:
+async def _demo_keys(settings: Settings) -> tuple[str, str]:
+    """A chat key for the agent and an approver key for the person, both of tenant "demo"."""
     store = open_store(settings.store)
     audit = AuditWriter(store, queue_size=10, batch_size=10, flush_interval_s=0.01)
     try:
-        new = NewKey(name="demo", tenant="demo", limits=Limits(rpm=600, tpm=200_000))
-        issued = await KeyService(store, audit).create(operator_principal(), new)
+        keys = KeyService(store, audit)
+        agent = await keys.create(operator_principal(), NewKey("demo", "demo", limits=Limits(rpm=600, tpm=200_000)))
+        person = await keys.create(operator_principal(), NewKey("demo-approver", "demo", scopes=("approver",)))
         await audit.flush()
     finally:
         await store.aclose()
-    return issued.secret
+    return agent.secret, person.secret
 
 
 @click.command("demo")
@@ -83,10 +92,12 @@ def demo_command(port: int, sim_ports: str) -> None:
             click.echo(f"simulated backend on {sims[-1].url}")
         data_dir = Path(tempfile.mkdtemp(prefix="agw-demo-"))
         settings = parse_settings(demo_settings([s.url for s in sims], data_dir))
-        key = asyncio.run(_demo_key(settings))
+        key, approver_key = asyncio.run(_demo_keys(settings))
         sock = bind("127.0.0.1", port)
         url = base_url(sock)
-        snippet = _SNIPPET.format(url=url, key=key, data=data_dir)
+        snippet = _SNIPPET.format(
+            url=url, key=key, approver=approver_key, data=data_dir, policy=settings.tools.policy_file
+        )
         serve(create_app(settings), sock, lambda: click.echo(f"gateway listening on {url}/v1\n{snippet}"))
     finally:
         for sim in sims:

@@ -133,4 +133,5 @@ async def _collect(
     body = completion.render(ctx.completion_id, ctx.created, ctx.model, ctx.usage)
     if sessions is not None:
         sessions.remember(ctx, completion.message())
-    return Response(dumps(body), media_type="application/json", headers=headers)
+    # Headers decided while the answer was generated (X-Approval-Id) are known only now.
+    return Response(dumps(body), media_type="application/json", headers={**headers, **ctx.response_headers})

@@ -1,0 +1,81 @@
+"""The approvals web page, driven in a real headless Chromium: a person approves a held call."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from gateway.cli.processes import Announced
+from tests.e2e.test_tool_policy import POLICY, SECRET, ask
+from tests.procs import Gateway, deployment, gateway_config, policy_file, running_gateway
+
+CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+pytestmark = pytest.mark.skipif(
+    not (CHROMIUM and CHROMEDRIVER), reason="needs Debian's chromium and chromium-driver (.ci/run installs them)"
+)
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[object]:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'chromium'}",
+    ):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)
+    driver.set_page_load_timeout(30)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture
+def gateway(sim_pair: list[Announced], tmp_path: Path) -> Iterator[Gateway]:
+    config = gateway_config(
+        deployment("a", sim_pair[0]), tools={"policy_file": policy_file(tmp_path, POLICY), "approval_secret": SECRET}
+    )
+    with running_gateway(tmp_path, config) as running:
+        yield running
+
+
+def test_approve_button_releases_the_held_call(browser: object, gateway: Gateway) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as until
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    _, approver = gateway.create_key(scopes=["approver"])
+    approval_id = ask(gateway, gateway.key, "send_email", choose="send_email").headers["X-Approval-Id"]
+
+    driver = browser
+    driver.get(f"{gateway.url}/admin/ui/approvals")  # type: ignore[attr-defined]
+    driver.find_element(By.ID, "key").send_keys(approver)  # type: ignore[attr-defined]
+    driver.find_element(By.ID, "load").click()  # type: ignore[attr-defined]
+    row = f'tr[data-id="{approval_id}"]'
+    WebDriverWait(driver, 15).until(until.presence_of_element_located((By.CSS_SELECTOR, row)))
+    driver.find_element(By.CSS_SELECTOR, f"{row} button.approve").click()  # type: ignore[attr-defined]
+    WebDriverWait(driver, 15).until(until.text_to_be_present_in_element((By.ID, "status"), "approved"))
+
+    record = httpx.get(
+        f"{gateway.url}/admin/approvals/{approval_id}", headers=gateway.headers(approver), timeout=10
+    ).json()
+    assert record["status"] == "approved"
+    assert record["decided_by"] != record["key_id"]
+    delivered = ask(gateway, gateway.key, "send_email", headers={"X-Approval-Id": approval_id}).json()
+    assert delivered["choices"][0]["message"]["tool_calls"][0]["approval_id"] == approval_id
