@@ -255,3 +255,33 @@ def test_tampered_arguments_of_an_approved_call_are_refused(gateway: Gateway) ->
     reply = httpx.post(url, json=body, headers=gateway.headers(), timeout=10)
     assert reply.status_code == 400
     assert "does not check out" in reply.json()["error"]["message"]
+
+
+def test_policy_reloads_and_a_bad_file_keeps_the_old_policy(sim_pair: list[Announced], tmp_path: Path) -> None:
+    path = Path(policy_file(tmp_path, POLICY))
+    config = gateway_config(deployment("a", sim_pair[0]), tools={"policy_file": str(path), "reload_interval_s": 60})
+    with running_gateway(tmp_path, config) as gateway:
+        reload_url = f"{gateway.url}/admin/policies/reload"
+        admin = gateway.headers(gateway.admin_key)
+        assert "tool_calls" in message_of(ask(gateway, gateway.key, "get_weather", choose="get_weather"))
+        path.write_text(POLICY.replace("      - {name: get_weather, risk: low}\n", "", 1))
+        assert httpx.post(reload_url, headers=admin, timeout=10).status_code == 200
+        assert ask(gateway, gateway.key, "get_weather", choose="get_weather").status_code == 403
+        path.write_text("policies:\n  agent:\n    tools: [{name: get_weather, risk: extreme}]\n")
+        rejected = httpx.post(reload_url, headers=admin, timeout=10)
+        assert rejected.status_code == 400
+        assert "risk" in rejected.json()["error"]["message"]
+        assert ask(gateway, gateway.key, "get_weather", choose="get_weather").status_code == 403, "old policy kept"
+        _, tenant_admin = gateway.create_key(scopes=["admin"])
+        assert httpx.post(reload_url, headers=gateway.headers(tenant_admin), timeout=10).status_code == 403
+
+
+def test_policy_file_changes_are_picked_up_without_a_restart(sim_pair: list[Announced], tmp_path: Path) -> None:
+    path = Path(policy_file(tmp_path, POLICY))
+    config = gateway_config(deployment("a", sim_pair[0]), tools={"policy_file": str(path), "reload_interval_s": 0.1})
+    with running_gateway(tmp_path, config) as gateway:
+        path.write_text(POLICY.replace("      - {name: get_weather, risk: low}\n", "", 1))
+        deadline = time.monotonic() + 10
+        while ask(gateway, gateway.key, "get_weather", choose="get_weather").status_code != 403:
+            assert time.monotonic() < deadline, "the changed file was never loaded"
+            time.sleep(0.1)
