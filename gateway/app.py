@@ -27,6 +27,7 @@ from gateway.http.admin_api import build_admin_router
 from gateway.http.approvals_api import build_approvals_router
 from gateway.http.errors import install_error_handlers
 from gateway.http.health import HealthApi
+from gateway.http.metrics_api import MetricsApi
 from gateway.http.openai_api import OpenAIApi
 from gateway.http.requests import ParseRequest
 from gateway.http.sessions_api import SessionsApi
@@ -41,7 +42,9 @@ from gateway.sessions import AppendHistory, AssignSession, SessionManager
 from gateway.settings import Settings
 from gateway.store.base import Store
 from gateway.store.factory import open_store
+from gateway.telemetry import Telemetry
 from gateway.tool_policy import PolicyHolder, ToolPolicy
+from gateway.trace_stage import TraceRequests
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +84,10 @@ def approval_secret(settings: Settings) -> bytes:
     return secrets.token_bytes(32)
 
 
-def create_app(settings: Settings) -> FastAPI:
+def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAPI:
+    """The app; `telemetry` is built from `settings.telemetry` unless given (tests inject one with
+    in-memory exporters). The app owns it either way and shuts it down with the lifespan."""
+    telemetry = telemetry or Telemetry(settings.telemetry)
     store = open_store(settings.store)
     router = build_router(settings)
     deployments = [d for group in router.groups.values() for d in group.deployments]
@@ -94,9 +100,11 @@ def create_app(settings: Settings) -> FastAPI:
     audit_requests = AuditRequests(audit, capture=settings.audit.capture)
     policies = PolicyHolder(settings.tools.policy_file)
     approvals = ApprovalService(store, audit, approval_secret(settings))
+    telemetry.watch(router, quota)
 
     stages: list[Stage] = [
-        audit_requests,  # outermost: refusals are recorded too
+        TraceRequests(telemetry, model_names),  # outermost: refusals are traced and counted too
+        audit_requests,  # refusals are recorded too
         Authenticate(authenticator),
         AssignSession(),
         ParseRequest(settings.server.max_body_bytes),
@@ -108,9 +116,12 @@ def create_app(settings: Settings) -> FastAPI:
     ]
     pipeline = compose(stages, Call(router))
     # Taking over a dead replica's session: the caller was authenticated and admitted already.
-    takeover = compose([audit_requests, Meter()], Call(router))
+    takeover = compose(
+        [TraceRequests(telemetry, model_names, "session takeover"), audit_requests, Meter()], Call(router)
+    )
+    replica_id = f"replica-{uuid.uuid4().hex[:12]}"
     sessions = (
-        SessionManager(store, settings.sessions, f"replica-{uuid.uuid4().hex[:12]}", takeover)
+        SessionManager(store, settings.sessions, replica_id, takeover, on_checkpoint=telemetry.record_checkpoint)
         if settings.sessions.enabled
         else None
     )
@@ -134,6 +145,7 @@ def create_app(settings: Settings) -> FastAPI:
             for deployment in deployments:
                 await deployment.backend.aclose()
             await store.aclose()
+            await asyncio.to_thread(telemetry.shutdown)  # last: flushes the spans of everything above
 
     # FastAPI's own OpenTelemetry instrumentation stays off: the gateway's spans carry the GenAI
     # attributes, and a second set per request would only cost time.
@@ -151,9 +163,11 @@ def create_app(settings: Settings) -> FastAPI:
     if sessions is not None:
         app.router.routes.extend(SessionsApi(sessions, authenticator).routes())
     app.router.routes.extend(HealthApi(router, store, settings.quota.on_store_error).routes())
+    app.router.routes.extend(MetricsApi(telemetry.registry).routes())
     app.include_router(build_admin_router(authenticator, keys, store))
     app.include_router(build_approvals_router(authenticator, approvals, policies))
     install_error_handlers(app)
     app.state.router = router
     app.state.quota = quota
+    app.state.telemetry = telemetry
     return app

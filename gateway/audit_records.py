@@ -63,7 +63,7 @@ def request_record(ctx: RequestContext, status: int, error: GatewayError | None,
         "attempts": [{"deployment": a.deployment, "error": a.error} for a in ctx.route.attempts],
         "status": status,
         "error": error.code if error else None,
-        "failure_reason": _failure_reason(ctx, error),
+        "failure_reason": failure_reason(ctx, error),
         "prompt_tokens": ctx.usage.prompt_tokens,
         "completion_tokens": ctx.usage.completion_tokens,
         "ttft_ms": round(ctx.ttft_s * 1000, 3) if ctx.ttft_s is not None else None,
@@ -77,7 +77,8 @@ def request_record(ctx: RequestContext, status: int, error: GatewayError | None,
     return record
 
 
-def _failure_reason(ctx: RequestContext, error: GatewayError | None) -> str | None:
+def failure_reason(ctx: RequestContext, error: GatewayError | None) -> str | None:
+    """The last upstream failure's reason, or the error's own code when no attempt failed."""
     if error is None:
         return None
     failed = [a.error for a in ctx.route.attempts if a.error]

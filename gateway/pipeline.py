@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from gateway.backends.base import Chunk, Usage
 from gateway.errors import ModelNotFound
 from gateway.principal import Principal
+from gateway.request_trace import RequestTrace
 from gateway.routing.router import RouteLog, Router
 
 Handler = Callable[["RequestContext"], AsyncGenerator[Chunk, None]]
@@ -49,6 +50,7 @@ class RequestContext:
     response_headers: dict[str, str] = field(default_factory=dict)
     completion_text: list[str] = field(default_factory=list)  # the assistant text, for audit digests
     resume: tuple[str, int] | None = None  # (text, chunks) already sent, when taking a session over
+    trace: RequestTrace = field(default_factory=RequestTrace)  # set by the tracing stage; inert without it
 
 
 class Stage(Protocol):
@@ -112,4 +114,4 @@ class Call:
         self._router = router
 
     def __call__(self, ctx: RequestContext) -> AsyncGenerator[Chunk, None]:
-        return self._router.stream(ctx.model, ctx.body, ctx.route, resume=ctx.resume)
+        return self._router.stream(ctx.model, ctx.body, ctx.route, resume=ctx.resume, trace=ctx.trace)

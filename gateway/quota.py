@@ -128,6 +128,7 @@ class Admit:
             return None
         ctx.response_headers.update(rate_limit_headers(result.usage, scopes))
         if not result.admitted:
+            ctx.trace.quota_rejected(result.denied_limit or "unknown", result.denied_scope or "", result.retry_after_s)
             raise _denied(result, ctx.response_headers)
         assert result.reservation is not None
         return _Held(ctx.principal.tenant, scopes, result.reservation, time.monotonic())

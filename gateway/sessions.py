@@ -69,8 +69,16 @@ class LiveSession:
 
 
 class SessionManager:
-    def __init__(self, store: Store, settings: SessionSettings, replica_id: str, continue_stream: Handler) -> None:
+    def __init__(
+        self,
+        store: Store,
+        settings: SessionSettings,
+        replica_id: str,
+        continue_stream: Handler,
+        on_checkpoint: Callable[[float], None] | None = None,
+    ) -> None:
         self._store = store
+        self._on_checkpoint = on_checkpoint  # hears how long each checkpoint that wrote something took
         self._settings = settings
         self._replica_id = replica_id
         self._continue_stream = continue_stream  # the pipeline for a takeover: no auth/quota again
@@ -209,7 +217,8 @@ class SessionManager:
             include_usage=state.get("include_usage", False),
             principal=principal,
             session_id=session_id,
-            resume=(text, chunks_sent),
+            # Nothing checkpointed yet: start afresh, role event included, so numbering matches.
+            resume=(text, chunks_sent) if recorded else None,
         )
         log_ = SessionLog()
         log_.extend(recorded)
@@ -278,15 +287,20 @@ class SessionManager:
 
     async def _checkpoint(self, live: LiveSession) -> None:
         ttl = self._settings.resume_ttl_s
+        started = time.perf_counter()
         if live.log.closed and live.state.get("status") != "done":
             live.state["status"], live.state_saved = "done", False
+        wrote = not live.state_saved  # most rounds find nothing new to write: those are not timed
         if not live.state_saved:
             await self._store.session_save(live.tenant, live.session_id, live.state, ttl)
             live.state_saved = True
         pending = [e for e in live.log.events if e[0] > live.flushed_seq]
         if pending:
+            wrote = True
             await self._store.session_append(live.tenant, live.session_id, pending, ttl)
             live.flushed_seq = pending[-1][0]
+        if wrote and self._on_checkpoint is not None:
+            self._on_checkpoint(time.perf_counter() - started)
         if not live.log.closed and time.monotonic() - live.renewed_at >= self._settings.lease_ttl_s / 3:
             await self._store.session_claim(live.tenant, live.session_id, self._replica_id, self._settings.lease_ttl_s)
             live.renewed_at = time.monotonic()

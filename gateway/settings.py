@@ -223,8 +223,20 @@ class ToolPolicySettings(Frozen):
     wait_poll_s: Seconds = 0.2
 
 
+class TelemetrySettings(Frozen):
+    """Traces and metrics. `GET /metrics` serves Prometheus text whatever is set here; OTLP export
+    (traces and metrics) is on only when `otlp_endpoint` is set."""
+
+    service_name: str = Field(default="agent-gateway", min_length=1)
+    # The OTLP/HTTP base URL of a collector (http://collector:4318); /v1/traces and /v1/metrics
+    # are appended, as for OTEL_EXPORTER_OTLP_ENDPOINT.
+    otlp_endpoint: HttpUrl | None = None
+    otlp_timeout_s: Seconds = 5.0
+
+
 class Settings(Frozen):
     server: ServerSettings = ServerSettings()
+    telemetry: TelemetrySettings = TelemetrySettings()
     tools: ToolPolicySettings = ToolPolicySettings()
     sessions: SessionSettings = SessionSettings()
     auth: AuthSettings = AuthSettings()

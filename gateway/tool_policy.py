@@ -181,6 +181,7 @@ class ToolPolicy:
         assert ctx.principal is not None
         record = await self._approvals.request(ctx.principal, ctx.session_id, call.id or "", name, arguments, decision)
         await self._record(ctx, name, arguments, "approval_requested", approval_id=record["id"])
+        ctx.trace.approval_requested(record["id"], name, decision.mode.value)
         if decision.mode is ApprovalMode.DEFER:
             ctx.response_headers["X-Approval-Id"] = record["id"]
             _note(
@@ -189,7 +190,8 @@ class ToolPolicy:
                 "Continue with the header X-Approval-Id once it is decided.",
             )
             return 0
-        decided = await self._approvals.wait(record["tenant"], record["id"], decision.timeout_s, self._poll_s)
+        waiting = self._approvals.wait(record["tenant"], record["id"], decision.timeout_s, self._poll_s)
+        decided = await ctx.trace.approval_wait(record["id"], name, waiting)
         return self._release_or_note(call, decided, chunk)
 
     def _release_or_note(self, call: ToolCallDelta, decided: dict[str, Any], chunk: Chunk) -> int:

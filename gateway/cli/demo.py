@@ -13,6 +13,7 @@ import click
 from gateway.audit import AuditWriter
 from gateway.cli.context import operator_principal
 from gateway.cli.processes import Announced, start_announcing
+from gateway.cli.serve import LOG_LEVELS
 from gateway.cli.serving import base_url, bind, serve
 from gateway.keys import KeyService, NewKey
 from gateway.settings import Settings, parse_settings
@@ -81,10 +82,14 @@ async def _demo_keys(settings: Settings) -> tuple[str, str]:
 @click.command("demo")
 @click.option("--port", type=int, default=8080, show_default=True, help="the gateway's port; 0 picks one")
 @click.option("--sim-ports", default="9101,9102", show_default=True, help="ports of the two simulated backends")
-def demo_command(port: int, sim_ports: str) -> None:
+# One JSON line per request would bury the snippet this command prints; `info` shows them.
+@click.option("--log-level", type=LOG_LEVELS, default="warning", show_default=True, help="JSON logs on stderr")
+def demo_command(port: int, sim_ports: str, log_level: str) -> None:
     """Run the gateway with two simulated backends and print a ready-to-paste SDK snippet."""
     from gateway.app import create_app
+    from gateway.logging_setup import configure_logging
 
+    configure_logging(log_level)
     sims: list[Announced] = []
     try:
         for sim_port in sim_ports.split(","):

@@ -10,6 +10,8 @@ import click
 from gateway.cli.serving import base_url, bind, serve
 from gateway.settings import ConfigError, Settings, load_settings
 
+LOG_LEVELS = click.Choice(["debug", "info", "warning", "error"], case_sensitive=False)
+
 
 def load_or_exit(path: Path) -> Settings:
     try:
@@ -24,11 +26,14 @@ def load_or_exit(path: Path) -> Settings:
 @click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False), required=True)
 @click.option("--host", default=None, help="overrides server.host")
 @click.option("--port", type=int, default=None, help="overrides server.port; 0 picks a free port")
-def serve_command(config_path: Path, host: str | None, port: int | None) -> None:
+@click.option("--log-level", type=LOG_LEVELS, default="info", show_default=True, help="JSON logs on stderr")
+def serve_command(config_path: Path, host: str | None, port: int | None, log_level: str) -> None:
     """Serve the gateway described by a config file."""
     from gateway.app import create_app  # the service's imports are paid only by commands that serve
+    from gateway.logging_setup import configure_logging
 
     settings = load_or_exit(config_path)
+    configure_logging(log_level)
     sock = bind(host or settings.server.host, settings.server.port if port is None else port)
     url = base_url(sock)
     serve(create_app(settings), sock, lambda: click.echo(f"gateway listening on {url}/v1", nl=True))

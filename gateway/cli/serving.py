@@ -43,6 +43,7 @@ def serve(app: Any, sock: socket.socket, on_ready: Callable[[], None]) -> None:
         app,
         log_level="warning",
         access_log=False,
+        log_config=None,  # uvicorn's records go to the root logger: JSON lines like the gateway's own
         loop="uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
         http="httptools" if importlib.util.find_spec("httptools") else "h11",
         timeout_graceful_shutdown=10,

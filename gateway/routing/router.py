@@ -24,6 +24,7 @@ from gateway.errors import (
     UpstreamError,
     UpstreamStatusError,
 )
+from gateway.request_trace import RequestTrace
 from gateway.routing.deployment import LAST_RESORT, Availability, Deployment
 from gateway.routing.failover import Interrupted, StreamProgress
 from gateway.routing.stats import find_slow
@@ -37,6 +38,9 @@ class Attempt:
     error: str | None = None  # UpstreamError.reason, None while running or on success
     ttft_s: float | None = None
     output_chunks: int = 0
+    tpot_s: float | None = None
+    usage: Usage | None = None  # as the upstream reported it
+    finish_reason: str | None = None
 
 
 @dataclass(slots=True)
@@ -101,20 +105,27 @@ class Router:
         self._clock = clock
 
     async def stream(
-        self, model: str, body: dict[str, Any], log: RouteLog, resume: tuple[str, int] | None = None
+        self,
+        model: str,
+        body: dict[str, Any],
+        log: RouteLog,
+        resume: tuple[str, int] | None = None,
+        trace: RequestTrace | None = None,
     ) -> AsyncGenerator[Chunk, None]:
         """The answer for `body` from the best deployments of `model`, as one uninterrupted stream.
 
         Failures before the first output are retried (`_serve`); a failure after it is handed to
         the next deployment that can continue the partial answer, up to `max_failovers` times.
-        `resume` is the (text, chunks) a client already has when a session is taken over.
+        `resume` is the (text, chunks) a client already has when a session is taken over; `trace`
+        hears about attempts, retries and failovers.
         """
         group = self.groups[model]
+        trace = trace or RequestTrace()
         progress = StreamProgress(body, resume)
         avoid: set[str] = set()
         while True:
             try:
-                async with contextlib.aclosing(self._serve(group, progress, log, avoid)) as chunks:
+                async with contextlib.aclosing(self._serve(group, progress, log, avoid, trace)) as chunks:
                     async for chunk in chunks:
                         yield chunk
                 return
@@ -126,10 +137,13 @@ class Router:
                 if log.failovers >= self._settings.max_failovers or not progress.continuable:
                     raise StreamInterrupted(progress.content_chunks, interrupted.cause) from None
                 log.failovers += 1
+                trace.failover(
+                    interrupted.deployment, interrupted.cause.reason, interrupted.output_chunks, log.failovers
+                )
                 avoid = {interrupted.deployment}
 
     async def _serve(
-        self, group: ModelGroup, progress: StreamProgress, log: RouteLog, avoid: set[str]
+        self, group: ModelGroup, progress: StreamProgress, log: RouteLog, avoid: set[str], trace: RequestTrace
     ) -> AsyncGenerator[Chunk, None]:
         """One deployment's answer (or the rest of it), retrying other deployments until its first output."""
         retry = self._settings.retry
@@ -137,6 +151,8 @@ class Router:
         tried = set(avoid)
         for attempt_number in range(retry.max_attempts):
             deployment = self._choose(group, tried, last_error, progress)
+            if last_error is not None:
+                trace.retry(deployment.name, last_error.reason, len(log.attempts) + 1)
             if deployment.name in tried:
                 await asyncio.sleep(self._backoff(attempt_number))
             tried.add(deployment.name)
@@ -144,9 +160,11 @@ class Router:
             log.attempts.append(attempt)
             request = progress.request_for(deployment.settings)
             try:
-                async with contextlib.aclosing(self._attempt(group, deployment, request, attempt, progress)) as chunks:
-                    async for chunk in chunks:
-                        yield chunk
+                with trace.attempt(group.name, deployment, attempt, len(log.attempts), request) as traced:
+                    upstream = self._attempt(group, deployment, request, attempt, progress, traced.headers)
+                    async with contextlib.aclosing(upstream) as chunks:
+                        async for chunk in chunks:
+                            yield chunk
                 return
             except UpstreamError as error:
                 if attempt.ttft_s is not None:
@@ -185,17 +203,19 @@ class Router:
         body: dict[str, Any],
         attempt: Attempt,
         progress: StreamProgress,
+        headers: dict[str, str],
     ) -> AsyncGenerator[Chunk, None]:
-        request = BackendRequest(body={**body, "model": deployment.settings.model})
+        request = BackendRequest(body={**body, "model": deployment.settings.model}, headers=headers)
         started = self._clock()
         held: list[Chunk] = []
-        completion_tokens = 0
         deployment.inflight += 1
         try:
             async with contextlib.aclosing(deployment.backend.stream(request)) as upstream:
                 async for chunk in upstream:
                     if chunk.usage is not None:
-                        completion_tokens = chunk.usage.completion_tokens
+                        attempt.usage = chunk.usage
+                    if chunk.finish_reason is not None:
+                        attempt.finish_reason = chunk.finish_reason
                     if chunk.content:
                         attempt.output_chunks += 1
                     if attempt.ttft_s is None:
@@ -227,8 +247,8 @@ class Router:
             deployment.inflight -= 1
         deployment.breaker.record_success()
         if attempt.ttft_s is not None:
-            tpot = _tpot(started, attempt.ttft_s, self._clock(), completion_tokens)
-            group.record_latency(deployment, attempt.ttft_s, tpot)
+            attempt.tpot_s = _tpot(started, attempt.ttft_s, self._clock(), attempt.usage)
+            group.record_latency(deployment, attempt.ttft_s, attempt.tpot_s)
 
     def _backoff(self, attempt_number: int) -> float:
         retry = self._settings.retry
@@ -239,10 +259,10 @@ class Router:
         return {name: group.ready for name, group in self.groups.items()}
 
 
-def _tpot(started: float, ttft_s: float, ended: float, completion_tokens: int) -> float | None:
-    if completion_tokens < 2:
+def _tpot(started: float, ttft_s: float, ended: float, usage: Usage | None) -> float | None:
+    if usage is None or usage.completion_tokens < 2:
         return None
-    return (ended - started - ttft_s) / (completion_tokens - 1)
+    return (ended - started - ttft_s) / (usage.completion_tokens - 1)
 
 
 def _final_error(error: UpstreamError) -> Exception:

@@ -1,0 +1,229 @@
+"""Traces and metrics: one tracer provider and one meter provider per app, built from settings.
+
+Nothing here is global. `create_app` builds a `Telemetry` (a test passes one built with in-memory
+exporters) and hands it to the stages and the router; the OpenTelemetry global providers are never
+set, so two apps in one process never see each other's spans or metrics.
+
+Metrics are read three ways: `GET /metrics` (Prometheus text from this app's own registry, never
+the process-wide default one), OTLP/HTTP when `telemetry.otlp_endpoint` is set, and whatever
+readers a test injects. Spans go to OTLP when configured and to injected processors; with nowhere
+to send them none are built (see `Telemetry.tracer`).
+
+Per request the hot path pays for two spans, three metric records and one context
+propagation; nothing is recorded per chunk.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.exporter.prometheus import PrometheusMetricReader
+from opentelemetry.metrics import CallbackOptions, Meter, Observation
+from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
+from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.trace import NoOpTracer, Tracer
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.util.types import AttributeValue
+from prometheus_client import CollectorRegistry
+
+from gateway.routing.breaker import BreakerState
+from gateway.settings import BackendKind, DeploymentSettings, TelemetrySettings
+
+if TYPE_CHECKING:
+    from gateway.quota import Admit
+    from gateway.routing.router import Router
+
+log = logging.getLogger(__name__)
+
+Attributes = dict[str, AttributeValue]
+
+# Bucket boundaries in seconds. TTFT and TPOT start from the GenAI semantic conventions' advice
+# and extend it at the ends: fast local models stream a token every few milliseconds, and
+# reasoning models can think for a minute before their first token.
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 30.0, 60.0)
+TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
+CHECKPOINT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+BREAKER_VALUES = {BreakerState.CLOSED: 0, BreakerState.HALF_OPEN: 1, BreakerState.OPEN: 2}
+
+
+class Instruments:
+    """The synchronous instruments; the observable ones are registered by `Telemetry.watch`."""
+
+    def __init__(self, meter: Meter) -> None:
+        self.requests = meter.create_counter(
+            "gateway.requests", unit="{request}", description="chat completion requests by model, deployment, status"
+        )
+        self.ttft = meter.create_histogram(
+            "gateway.upstream.time_to_first_token",
+            unit="s",
+            description="time from sending an attempt upstream to its first output",
+            explicit_bucket_boundaries_advisory=TTFT_BUCKETS,
+        )
+        self.tpot = meter.create_histogram(
+            "gateway.upstream.time_per_output_token",
+            unit="s",
+            description="time per output token after the first, per successful attempt",
+            explicit_bucket_boundaries_advisory=TPOT_BUCKETS,
+        )
+        self.failures = meter.create_counter(
+            "gateway.upstream.failures", unit="{attempt}", description="failed upstream attempts by reason"
+        )
+        self.quota_rejections = meter.create_counter(
+            "gateway.quota.rejections", unit="{request}", description="requests refused by a quota, by limit"
+        )
+        self.approvals_pending = meter.create_up_down_counter(
+            "gateway.approvals.pending",
+            unit="{approval}",
+            description="tool calls this replica holds while a person decides (wait mode)",
+        )
+        self.checkpoint_duration = meter.create_histogram(
+            "gateway.session.checkpoint.duration",
+            unit="s",
+            description="time to write one session checkpoint to the store",
+            explicit_bucket_boundaries_advisory=CHECKPOINT_BUCKETS,
+        )
+
+
+class Telemetry:
+    def __init__(
+        self,
+        settings: TelemetrySettings,
+        *,
+        span_processors: Sequence[SpanProcessor] = (),
+        metric_readers: Sequence[MetricReader] = (),
+    ) -> None:
+        resource = Resource.create({"service.name": settings.service_name})
+        processors, readers = list(span_processors), list(metric_readers)
+        if settings.otlp_endpoint is not None:
+            processors.append(BatchSpanProcessor(_otlp_span_exporter(settings)))
+            readers.append(PeriodicExportingMetricReader(_otlp_metric_exporter(settings)))
+        self.registry = CollectorRegistry()
+        # Scope labels would repeat otel_scope_name="gateway" on every series: they say nothing here.
+        readers.append(PrometheusMetricReader(registry=self.registry, scope_info_enabled=False))
+        # The providers are shut down by the app's lifespan, not by an atexit hook per instance.
+        self.tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+        for processor in processors:
+            self.tracer_provider.add_span_processor(processor)
+        # With no processor every span would be built only to be dropped. The no-op tracer builds
+        # none and returns the parent's context, so a client's traceparent still reaches the
+        # upstream unchanged: the gateway is then invisible in the trace instead of a hole in it.
+        self.tracer: Tracer = self.tracer_provider.get_tracer("gateway") if processors else NoOpTracer()
+        # Exemplars are not exported to Prometheus text and cost a context lookup per measurement.
+        self.meter_provider = MeterProvider(
+            metric_readers=readers,
+            resource=resource,
+            exemplar_filter=AlwaysOffExemplarFilter(),
+            shutdown_on_exit=False,
+        )
+        self._meter = self.meter_provider.get_meter("gateway")
+        self.instruments = Instruments(self._meter)
+        self.propagator = TraceContextTextMapPropagator()
+        self._deployments: dict[tuple[str, str], tuple[Attributes, Attributes]] = {}
+
+    def deployment_attributes(self, model: str, deployment: DeploymentSettings) -> tuple[Attributes, Attributes]:
+        """(span attributes, metric attributes) of one deployment of `model`, computed once."""
+        key = (model, deployment.name)
+        found = self._deployments.get(key)
+        if found is None:
+            found = self._deployments[key] = _deployment_attributes(model, deployment)
+        return found
+
+    def served_by(self, model: str, deployment: str) -> str | None:
+        """The GenAI provider name of a deployment seen before, if any."""
+        found = self._deployments.get((model, deployment))
+        return str(found[0]["gen_ai.provider.name"]) if found is not None else None
+
+    def watch(self, router: Router, quota: Admit) -> None:
+        """Register the gauges that read routing and quota state when metrics are collected, and
+        hear every circuit breaker change."""
+        deployments = [
+            (d, self.deployment_attributes(g.name, d.settings)[1])
+            for g in router.groups.values()
+            for d in g.deployments
+        ]
+        for deployment, _ in deployments:
+            deployment.breaker.on_change = functools.partial(_breaker_changed, deployment.name)
+
+        def inflight(_: CallbackOptions) -> Iterable[Observation]:
+            return [Observation(d.inflight, attributes) for d, attributes in deployments]
+
+        def breaker(_: CallbackOptions) -> Iterable[Observation]:
+            return [Observation(BREAKER_VALUES[d.breaker.state], attributes) for d, attributes in deployments]
+
+        def fail_open(_: CallbackOptions) -> Iterable[Observation]:
+            return [Observation(quota.fail_open_count)]
+
+        self._meter.create_observable_gauge(
+            "gateway.deployment.inflight", [inflight], unit="{request}", description="requests in flight per deployment"
+        )
+        self._meter.create_observable_gauge(
+            "gateway.deployment.breaker_state",
+            [breaker],
+            unit="1",
+            description="circuit breaker per deployment: 0 closed, 1 half-open, 2 open",
+        )
+        self._meter.create_observable_counter(
+            "gateway.quota.fail_open",
+            [fail_open],
+            unit="{request}",
+            description="requests let through unmetered because the quota store was unavailable",
+        )
+
+    def record_checkpoint(self, seconds: float) -> None:
+        self.instruments.checkpoint_duration.record(seconds)
+
+    def shutdown(self) -> None:
+        """Flush and stop exporters; blocks up to the OTLP timeout, so call it off the event loop."""
+        self.tracer_provider.shutdown()
+        self.meter_provider.shutdown()
+
+
+def _breaker_changed(deployment: str, state: BreakerState) -> None:
+    """A breaker changes inside the router's handling of an attempt's outcome, while the request's
+    span is current (see `trace_stage`): the event goes on the request that tripped or closed it."""
+    attributes: Attributes = {"gateway.deployment": deployment, "gateway.breaker.state": state.value}
+    trace.get_current_span().add_event("gateway.breaker.changed", attributes)
+    level = logging.WARNING if state is BreakerState.OPEN else logging.INFO
+    log.log(level, "circuit breaker of %s is %s", deployment, state.value, extra={"deployment": deployment})
+
+
+def _deployment_attributes(model: str, deployment: DeploymentSettings) -> tuple[Attributes, Attributes]:
+    url = urlsplit(deployment.api_base)
+    provider = _provider(deployment)
+    span: Attributes = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": provider,
+        "gen_ai.system": provider,  # the older name of the same attribute, still what many backends read
+        "gen_ai.request.model": deployment.model,
+        "server.address": url.hostname or "",
+        "server.port": url.port or (443 if url.scheme == "https" else 80),
+        "gateway.deployment": deployment.name,
+    }
+    return span, {"gen_ai.request.model": model, "gateway.deployment": deployment.name}
+
+
+def _provider(deployment: DeploymentSettings) -> str:
+    """The GenAI provider name: litellm names carry it as a prefix (`anthropic/claude-...`); every
+    other deployment speaks OpenAI's protocol, which is what the `openai` value describes."""
+    if deployment.kind is BackendKind.LITELLM:
+        return deployment.model.split("/", 1)[0] if "/" in deployment.model else "litellm"
+    return "openai"
+
+
+def _otlp_span_exporter(settings: TelemetrySettings) -> OTLPSpanExporter:
+    return OTLPSpanExporter(endpoint=f"{settings.otlp_endpoint}/v1/traces", timeout=settings.otlp_timeout_s)
+
+
+def _otlp_metric_exporter(settings: TelemetrySettings) -> OTLPMetricExporter:
+    return OTLPMetricExporter(endpoint=f"{settings.otlp_endpoint}/v1/metrics", timeout=settings.otlp_timeout_s)
