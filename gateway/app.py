@@ -120,11 +120,9 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
         [TraceRequests(telemetry, model_names, "session takeover"), audit_requests, Meter()], Call(router)
     )
     replica_id = f"replica-{uuid.uuid4().hex[:12]}"
-    sessions = (
-        SessionManager(store, settings.sessions, replica_id, takeover, on_checkpoint=telemetry.record_checkpoint)
-        if settings.sessions.enabled
-        else None
-    )
+    sessions = SessionManager(store, settings.sessions, replica_id, takeover) if settings.sessions.enabled else None
+    if sessions is not None:
+        sessions.on_checkpoint = telemetry.record_checkpoint
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

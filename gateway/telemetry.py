@@ -90,7 +90,7 @@ class Instruments:
         self.checkpoint_duration = meter.create_histogram(
             "gateway.session.checkpoint.duration",
             unit="s",
-            description="time to write one session checkpoint to the store",
+            description="time of one checkpoint write (every live session's news in one store call)",
             explicit_bucket_boundaries_advisory=CHECKPOINT_BUCKETS,
         )
 
@@ -180,7 +180,8 @@ class Telemetry:
             description="requests let through unmetered because the quota store was unavailable",
         )
 
-    def record_checkpoint(self, seconds: float) -> None:
+    def record_checkpoint(self, seconds: float, sessions: int) -> None:
+        # One store call writes every live session's news: `sessions` is not a label (unbounded).
         self.instruments.checkpoint_duration.record(seconds)
 
     def shutdown(self) -> None:

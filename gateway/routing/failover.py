@@ -57,6 +57,12 @@ class StreamProgress:
     def continuable(self) -> bool:
         return not (self._sent_tool_calls or self._sent_reasoning)
 
+    @property
+    def budget_spent(self) -> bool:
+        """Every token `max_tokens` allowed was sent: the answer is whole, only its end was lost."""
+        limits = [self._body[k] for k in _TOKEN_LIMITS if isinstance(self._body.get(k), int)]
+        return bool(limits) and self.content_chunks >= min(limits)
+
     def can_serve(self, deployment: DeploymentSettings) -> bool:
         """May this deployment produce the rest? Anyone may, while no text has been sent."""
         return not self._text or deployment.continuation is not Continuation.NONE

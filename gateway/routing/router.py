@@ -134,6 +134,9 @@ class Router:
                 yield Chunk(
                     usage=Usage(completion_tokens=interrupted.output_chunks, total_tokens=interrupted.output_chunks)
                 )
+                if progress.budget_spent:
+                    yield Chunk(finish_reason="length")
+                    return
                 if log.failovers >= self._settings.max_failovers or not progress.continuable:
                     raise StreamInterrupted(progress.content_chunks, interrupted.cause) from None
                 log.failovers += 1

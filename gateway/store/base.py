@@ -113,6 +113,20 @@ class AuditHead:
     hash: str
 
 
+@dataclass(frozen=True, slots=True)
+class SessionCheckpoint:
+    """One session's share of a batched checkpoint (see `Store.session_checkpoint`)."""
+
+    tenant: str
+    session_id: str
+    ttl_s: float
+    state: dict[str, Any] | None = None  # saved when given
+    events: list[tuple[int, bytes]] = field(default_factory=list)  # appended, as session_append
+    renew_owner: str | None = None  # claim or extend the lease for this owner (lease_ttl_s)
+    lease_ttl_s: float = 0.0
+    release_owner: str | None = None  # drop the lease if this owner holds it
+
+
 class Store(Protocol):
     # --- API keys -------------------------------------------------------------------------
     async def put_key(self, record: KeyRecord) -> None:
@@ -201,6 +215,11 @@ class Store(Protocol):
 
     async def session_release(self, tenant: str, session_id: str, owner: str) -> None:
         """Drop the lease if `owner` holds it (a finished stream)."""
+        ...
+
+    async def session_checkpoint(self, items: list[SessionCheckpoint]) -> None:
+        """Several sessions' saves, appends and lease changes in one round trip (Redis) or one
+        transaction (SQLite): the checkpointer writes every live session at once."""
         ...
 
     async def session_delete(self, tenant: str, session_id: str) -> bool:

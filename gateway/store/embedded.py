@@ -21,7 +21,15 @@ from gateway.store import approval_record
 from gateway.store import sqlite_approvals as approvals
 from gateway.store import sqlite_sessions as sessions
 from gateway.store.audit_batch import check_batch
-from gateway.store.base import AdmitRequest, AdmitResult, AuditHead, KeyRecord, QuotaScope, Reservation
+from gateway.store.base import (
+    AdmitRequest,
+    AdmitResult,
+    AuditHead,
+    KeyRecord,
+    QuotaScope,
+    Reservation,
+    SessionCheckpoint,
+)
 from gateway.store.memory_quota import MemoryQuotas
 from gateway.store.session_batch import check_events, check_ttl
 from gateway.store.sqlite_db import SqliteDb
@@ -135,6 +143,16 @@ class EmbeddedStore:
 
     async def session_release(self, tenant: str, session_id: str, owner: str) -> None:
         await self._run(lambda db: sessions.release(db, tenant, session_id, owner))
+
+    async def session_checkpoint(self, items: list[SessionCheckpoint]) -> None:
+        for item in items:
+            check_ttl(item.ttl_s)
+            check_events(item.events)
+        if not items:
+            return
+        now = self._clock()
+        purge = self._purge_due(now)
+        await self._run(lambda db: sessions.checkpoint(db, items, now, purge=purge))
 
     async def session_delete(self, tenant: str, session_id: str) -> bool:
         now = self._clock()

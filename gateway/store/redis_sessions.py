@@ -12,6 +12,7 @@ import orjson
 from redis.asyncio import Redis
 
 from gateway.store import keys
+from gateway.store.base import SessionCheckpoint
 from gateway.store.redis_common import lua, unavailable
 from gateway.store.session_batch import check_events, check_ttl
 
@@ -76,6 +77,33 @@ class RedisSessions:
         lease = self._keys(tenant, session_id).lease
         with unavailable("session_release"):
             await self._release(keys=[lease], args=[owner])
+
+    async def checkpoint(self, items: list[SessionCheckpoint]) -> None:
+        """Every item's scripts in one pipeline: one round trip for all live sessions."""
+        if not items:
+            return
+        pipe = self._redis.pipeline(transaction=False)
+        for item in items:
+            check_ttl(item.ttl_s)
+            check_events(item.events)
+            names = self._keys(item.tenant, item.session_id)
+            ttl_ms = keys.session_ttl_ms(item.ttl_s)
+            if item.state is not None:
+                await self._save(
+                    keys=[names.state, names.events, names.lease], args=[orjson.dumps(item.state), ttl_ms], client=pipe
+                )
+            if item.events:
+                args: list[int | bytes] = [ttl_ms]
+                for seq, payload in item.events:
+                    args += [seq, payload]
+                await self._append(keys=[names.events, names.state, names.lease], args=args, client=pipe)
+            if item.renew_owner is not None:
+                lease_ms = keys.session_ttl_ms(item.lease_ttl_s)
+                await self._claim(keys=[names.lease], args=[item.renew_owner, lease_ms], client=pipe)
+            if item.release_owner is not None:
+                await self._release(keys=[names.lease], args=[item.release_owner], client=pipe)
+        with unavailable("session_checkpoint"):
+            await pipe.execute()
 
     async def delete(self, tenant: str, session_id: str) -> bool:
         names = self._keys(tenant, session_id)

@@ -30,6 +30,7 @@ from gateway.store.base import (
     QuotaScope,
     Reservation,
     ScopeUsage,
+    SessionCheckpoint,
 )
 from gateway.store.redis_approvals import RedisApprovals
 from gateway.store.redis_common import lua, unavailable
@@ -226,6 +227,9 @@ class RedisStore:
 
     async def session_release(self, tenant: str, session_id: str, owner: str) -> None:
         await self._sessions.release(tenant, session_id, owner)
+
+    async def session_checkpoint(self, items: list[SessionCheckpoint]) -> None:
+        await self._sessions.checkpoint(items)
 
     async def session_delete(self, tenant: str, session_id: str) -> bool:
         return await self._sessions.delete(tenant, session_id)

@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from gateway.store.base import SessionCheckpoint
 from gateway.store.session_batch import newer_events
 from gateway.store.sqlite_tx import transaction
 
@@ -129,12 +130,33 @@ def append(
         if purge:
             _purge_expired(db, now)
         _touch(db, tenant, session_id, now, ttl_s, None)
-        query = "SELECT MAX(seq) FROM session_events WHERE tenant = ? AND id = ?"
-        last = db.execute(query, (tenant, session_id)).fetchone()[0] or 0
-        db.executemany(
-            "INSERT INTO session_events (tenant, id, seq, event) VALUES (?, ?, ?, ?)",
-            [(tenant, session_id, seq, payload) for seq, payload in newer_events(events, last)],
-        )
+        _insert_newer(db, tenant, session_id, events)
+
+
+def _insert_newer(db: sqlite3.Connection, tenant: str, session_id: str, events: list[tuple[int, bytes]]) -> None:
+    query = "SELECT MAX(seq) FROM session_events WHERE tenant = ? AND id = ?"
+    last = db.execute(query, (tenant, session_id)).fetchone()[0] or 0
+    db.executemany(
+        "INSERT INTO session_events (tenant, id, seq, event) VALUES (?, ?, ?, ?)",
+        [(tenant, session_id, seq, payload) for seq, payload in newer_events(events, last)],
+    )
+
+
+def checkpoint(db: sqlite3.Connection, items: list[SessionCheckpoint], now: float, *, purge: bool) -> None:
+    """Every item in one transaction: one commit (one WAL sync) for all live sessions."""
+    with transaction(db, "BEGIN IMMEDIATE"):
+        if purge:
+            _purge_expired(db, now)
+        for item in items:
+            state = orjson.dumps(item.state) if item.state is not None else None
+            if state is not None or item.events:
+                _touch(db, item.tenant, item.session_id, now, item.ttl_s, state)
+            if item.events:
+                _insert_newer(db, item.tenant, item.session_id, item.events)
+            if item.renew_owner is not None:
+                claim(db, item.tenant, item.session_id, item.renew_owner, now, item.lease_ttl_s)
+            if item.release_owner is not None:
+                release(db, item.tenant, item.session_id, item.release_owner)
 
 
 def events(

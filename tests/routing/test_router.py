@@ -216,3 +216,13 @@ async def test_weighted_spreads_traffic_over_deployments() -> None:
         await collect(router)
     assert len(a.requests) > 5
     assert len(b.requests) > 5
+
+
+async def test_failure_after_the_last_allowed_token_ends_with_length_not_a_fallback() -> None:
+    a = ScriptedBackend("a", Script(tokens=["one", " two"], error=UpstreamProtocolError("cut"), fail_after=2))
+    b = ScriptedBackend("b", Script(tokens=[" three"]))
+    body = {**BODY, "max_tokens": 2}
+    chunks = [c async for c in make_router(a, b, continuation=Continuation.VLLM).stream("m", body, RouteLog())]
+    assert text(chunks) == "one two"
+    assert [c.finish_reason for c in chunks if c.finish_reason] == ["length"]
+    assert b.requests == []

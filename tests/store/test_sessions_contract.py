@@ -244,3 +244,28 @@ async def test_overlapping_flushes_from_two_clients_never_duplicate(backing: Bac
     seqs = [seq for seq, _ in await store.session_events("acme", "s1", 0, 1000)]
     assert seqs == sorted(set(seqs))
     assert seqs[-1] == 62  # whatever order the batches landed in
+
+
+async def test_a_batched_checkpoint_saves_appends_and_moves_leases_for_many_sessions(store: Store) -> None:
+    from gateway.store.base import SessionCheckpoint
+
+    await store.session_claim("t1", "done", "replica-a", LONG_TTL)
+    await store.session_checkpoint(
+        [
+            SessionCheckpoint(
+                "t1", "live", LONG_TTL, state=STATE, events=events(1, 2), renew_owner="replica-a", lease_ttl_s=LONG_TTL
+            ),
+            SessionCheckpoint(
+                "t1", "done", LONG_TTL, state={"status": "done"}, events=events(1), release_owner="replica-a"
+            ),
+            SessionCheckpoint("t2", "live", LONG_TTL, events=events(1, 2, 3)),
+        ]
+    )
+    assert await store.session_load("t1", "live") == STATE
+    assert [seq for seq, _ in await store.session_events("t1", "live", 0, 10)] == [1, 2]
+    assert [seq for seq, _ in await store.session_events("t2", "live", 0, 10)] == [1, 2, 3]
+    assert not await store.session_claim("t1", "live", "replica-b", LONG_TTL), "the lease was taken for replica-a"
+    assert await store.session_claim("t1", "done", "replica-b", LONG_TTL), "the finished session's lease was released"
+    await store.session_checkpoint([SessionCheckpoint("t1", "live", LONG_TTL, events=events(2, 3))])
+    assert [seq for seq, _ in await store.session_events("t1", "live", 0, 10)] == [1, 2, 3], "no duplicate on retry"
+    await store.session_checkpoint([])
