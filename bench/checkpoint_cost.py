@@ -20,6 +20,7 @@ import argparse
 import contextlib
 import dataclasses
 import datetime
+import functools
 import os
 import platform
 import secrets
@@ -28,12 +29,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 import uvloop
+from checkpoint_report import Row, markdown_costs, markdown_throughput, row
+from checkpoint_rounds import Window, run_rounds
 from checkpoint_setup import (
     REDIS_URL,
     Variant,
@@ -44,11 +47,9 @@ from checkpoint_setup import (
     start_variant,
 )
 from procs import Service, StartError, rss_bytes
-from runner import Figures, Limits, PathUnderTest, Scenario, median_of, run_rounds
+from runner import Limits, PathUnderTest, Scenario
 from services import BENCH_DIR, REPO_DIR, issue_gateway_key, new_gateway_secret, start_upstream
 from source_info import describe, source_info
-
-TARGET_RATIO = 0.9
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,7 +148,7 @@ def redis_cleanup(prefix: str | None, report: dict[str, Any]) -> Iterator[None]:
 
 @dataclasses.dataclass
 class Outcome:
-    figures: list[Figures]
+    windows: list[Window]
     variants: list[Variant]
     sessions_written: dict[str, int]
     rss_bytes: dict[str, int]
@@ -179,94 +180,17 @@ def measure(options: Options, redis_prefix: str | None, redis: dict[str, Any]) -
         workdir = Path(tmp)
         upstream = stack.enter_context(running(start_upstream(workdir, options.chunks)))
         paths = _start_paths(stack, workdir, upstream, chosen)
-        figures = uvloop.run(run_rounds(options.rounds, scenarios(options), paths, upstream, limits(options)))
+        counters = {v.name: functools.partial(session_count, workdir, v) for v in chosen if v.sessions}
+        rounds = run_rounds(options.rounds, scenarios(options), paths, upstream, limits(options), counters)
+        windows = uvloop.run(rounds)
         rss = {p.name: rss_bytes(p.proxy.pids()) for p in paths if p.proxy is not None}
-        time.sleep(0.5)  # the last checkpoints are written off the request path
         written = {v.name: session_count(workdir, v) for v in chosen}
-    return Outcome(figures, chosen, written, rss, redis, load_at_start, source)
-
-
-@dataclasses.dataclass(frozen=True)
-class Row:
-    store: str
-    scenario: str
-    on_rps: float | None
-    off_rps: float | None
-    on_chunks_per_s: float | None
-    off_chunks_per_s: float | None
-    ratio: float | None  # median of per-round on/off req/s ratios
-    ratio_min: float | None
-    ratio_max: float | None
-    on_p50_ms: float | None
-    off_p50_ms: float | None
-    on_ttft_ms: float | None
-    off_ttft_ms: float | None
-    on_cpu_ms: float | None
-    off_cpu_ms: float | None
-    errors: int
-
-
-def _windows(figures: Sequence[Figures], scenario: str, path: str) -> dict[int, Figures]:
-    return {f.round: f for f in figures if f.scenario == scenario and f.path == path}
-
-
-def _ratios(on: dict[int, Figures], off: dict[int, Figures]) -> list[float]:
-    return [on[r].rps / off[r].rps for r in on if r in off and off[r].rps > 0]
-
-
-def _times(value: float | None, factor: int) -> float | None:
-    return None if value is None else value * factor
-
-
-def row(figures: Sequence[Figures], store: str, scenario: str, chunks: int) -> Row:
-    on = _windows(figures, scenario, f"{store} sessions on")
-    off = _windows(figures, scenario, f"{store} sessions off")
-    each = _ratios(on, off)
-    on_rps, off_rps = median_of([f.rps for f in on.values()]), median_of([f.rps for f in off.values()])
-    return Row(
-        store=store,
-        scenario=scenario,
-        on_rps=on_rps,
-        off_rps=off_rps,
-        on_chunks_per_s=_times(on_rps, chunks),
-        off_chunks_per_s=_times(off_rps, chunks),
-        ratio=median_of(list(each)),
-        ratio_min=min(each, default=None),
-        ratio_max=max(each, default=None),
-        on_p50_ms=median_of([f.p50_ms for f in on.values()]),
-        off_p50_ms=median_of([f.p50_ms for f in off.values()]),
-        on_ttft_ms=median_of([f.ttft_p50_ms for f in on.values()]),
-        off_ttft_ms=median_of([f.ttft_p50_ms for f in off.values()]),
-        on_cpu_ms=median_of([f.proxy_cpu_ms_per_req for f in on.values()]),
-        off_cpu_ms=median_of([f.proxy_cpu_ms_per_req for f in off.values()]),
-        errors=sum(f.errors for f in [*on.values(), *off.values()]),
-    )
+    return Outcome(windows, chosen, written, rss, redis, load_at_start, source)
 
 
 def table(options: Options, outcome: Outcome) -> list[Row]:
     stores = list(dict.fromkeys(v.store for v in outcome.variants))
-    return [row(outcome.figures, store, s.name, options.chunks) for store in stores for s in scenarios(options)]
-
-
-def _cell(value: float | None, digits: int = 0) -> str:
-    return "-" if value is None else f"{value:,.{digits}f}"
-
-
-def markdown(rows: Sequence[Row]) -> str:
-    head = (
-        "| store | scenario | req/s on | req/s off | chunks/s on | chunks/s off | on/off (min-max) "
-        f"| >= {TARGET_RATIO:g} | p50 ms on / off | TTFT p50 ms on / off | gateway CPU ms/req on / off | errors |"
-    )
-    lines = [head, "|" + "---|" * 12]
-    for r in rows:
-        met = "-" if r.ratio is None else ("yes" if r.ratio >= TARGET_RATIO else "no")
-        spread = f"{_cell(r.ratio, 3)} ({_cell(r.ratio_min, 3)}-{_cell(r.ratio_max, 3)})"
-        cells = [r.store, r.scenario, _cell(r.on_rps), _cell(r.off_rps), _cell(r.on_chunks_per_s)]
-        cells += [_cell(r.off_chunks_per_s), spread, met, f"{_cell(r.on_p50_ms, 2)} / {_cell(r.off_p50_ms, 2)}"]
-        cells += [f"{_cell(r.on_ttft_ms, 2)} / {_cell(r.off_ttft_ms, 2)}"]
-        cells += [f"{_cell(r.on_cpu_ms, 2)} / {_cell(r.off_cpu_ms, 2)}", str(r.errors)]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return [row(outcome.windows, store, s.name, options.chunks) for store in stores for s in scenarios(options)]
 
 
 def command_line() -> str:
@@ -279,7 +203,13 @@ def machine() -> dict[str, Any]:
 
 def print_report(options: Options, outcome: Outcome, took_s: float) -> None:
     print(f"\n## Session checkpoint cost (median of {options.rounds} rounds, {options.chunks}-chunk streams)\n")
-    print(markdown(table(options, outcome)))
+    rows = table(options, outcome)
+    print(markdown_throughput(rows))
+    print(
+        "\nSustained req/s counts the drain: after each window the gateway's CPU is watched until it idles, "
+        "since checkpoints are written off the request path and may finish after the last response.\n"
+    )
+    print(markdown_costs(rows))
     print("\nSessions checkpointed per gateway: " + ", ".join(f"{k} {v}" for k, v in outcome.sessions_written.items()))
     print("RSS at the end: " + ", ".join(f"{k} {v / 2**20:.0f} MiB" for k, v in outcome.rss_bytes.items()))
     if outcome.redis:
@@ -306,7 +236,14 @@ def write_results(options: Options, outcome: Outcome, took_s: float) -> Path:
         "sessions_written": outcome.sessions_written,
         "rss_bytes": outcome.rss_bytes,
         "redis": outcome.redis,
-        "windows": [dataclasses.asdict(f) for f in outcome.figures],
+        "windows": [
+            {
+                **dataclasses.asdict(w),
+                "sustained_rps": w.sustained_rps,
+                "cpu_ms_with_drain": w.cpu_ms_per_req_with_drain,
+            }
+            for w in outcome.windows
+        ],
     }
     path.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2))
     return path

@@ -16,12 +16,12 @@ def _git(repo: Path, *args: str) -> str:
         result = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, timeout=30, check=True)
     except (subprocess.SubprocessError, OSError):
         return ""
-    return result.stdout.strip()
+    return result.stdout
 
 
 def source_info(repo: Path) -> dict[str, Any]:
     changed = [line[3:] for line in _git(repo, "status", "--porcelain", "--", "gateway").splitlines()]
-    return {"commit": _git(repo, "rev-parse", "HEAD") or None, "gateway_files_changed": changed}
+    return {"commit": _git(repo, "rev-parse", "HEAD").strip() or None, "gateway_files_changed": changed}
 
 
 def describe(info: dict[str, Any]) -> str:
