@@ -9,6 +9,7 @@ from gateway.cli.audit import audit_group
 from gateway.cli.demo import demo_command
 from gateway.cli.keys import keys_group
 from gateway.cli.plan import plan_command
+from gateway.cli.replay import replay_group
 from gateway.cli.serve import config_group, serve_command
 from gateway.sim.cli import sim_command
 
@@ -27,3 +28,4 @@ cli.add_command(keys_group)
 cli.add_command(audit_group)
 cli.add_command(approvals_group)
 cli.add_command(plan_command)
+cli.add_command(replay_group)
