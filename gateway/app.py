@@ -85,8 +85,7 @@ def approval_secret(settings: Settings) -> bytes:
 
 
 def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAPI:
-    """The app; `telemetry` is built from `settings.telemetry` unless given (tests inject one with
-    in-memory exporters). The app owns it either way and shuts it down with the lifespan."""
+    """The whole service. Tests pass a `telemetry` with in-memory exporters; the lifespan shuts it down."""
     telemetry = telemetry or Telemetry(settings.telemetry)
     store = open_store(settings.store)
     router = build_router(settings)

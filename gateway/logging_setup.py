@@ -77,4 +77,8 @@ def configure_logging(level: str = "INFO", stream: IO[str] | None = None) -> log
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter())
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+    # httpx logs every request at INFO: a line per health probe, with URLs that some providers
+    # authenticate with a query parameter.
+    for noisy in ("httpx", "httpcore"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
     return handler

@@ -124,4 +124,4 @@ async def test_parallel_calls_with_one_denied_keep_the_others(store: EmbeddedSto
 async def test_turn_with_every_call_denied_ends_as_stop(store: EmbeddedStore, tmp_path: Path) -> None:
     prelude = [*split(0, "c1", "nope", "{}", 1), Chunk(finish_reason="tool_calls")]
     chunks, _ = await run(store, tmp_path, prelude)
-    assert [c.finish_reason for c in chunks if c.finish_reason][0] == "stop"
+    assert next(c.finish_reason for c in chunks if c.finish_reason) == "stop"

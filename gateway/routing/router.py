@@ -161,10 +161,11 @@ class Router:
             tried.add(deployment.name)
             attempt = Attempt(deployment.name)
             log.attempts.append(attempt)
-            request = progress.request_for(deployment.settings)
+            body = progress.request_for(deployment.settings)
             try:
-                with trace.attempt(group.name, deployment, attempt, len(log.attempts), request) as traced:
-                    upstream = self._attempt(group, deployment, request, attempt, progress, traced.headers)
+                with trace.attempt(group.name, deployment, attempt, len(log.attempts), body) as traced:
+                    request = BackendRequest({**body, "model": deployment.settings.model}, traced.headers)
+                    upstream = self._attempt(group, deployment, request, attempt, progress)
                     async with contextlib.aclosing(upstream) as chunks:
                         async for chunk in chunks:
                             yield chunk
@@ -203,12 +204,10 @@ class Router:
         self,
         group: ModelGroup,
         deployment: Deployment,
-        body: dict[str, Any],
+        request: BackendRequest,
         attempt: Attempt,
         progress: StreamProgress,
-        headers: dict[str, str],
     ) -> AsyncGenerator[Chunk, None]:
-        request = BackendRequest(body={**body, "model": deployment.settings.model}, headers=headers)
         started = self._clock()
         held: list[Chunk] = []
         deployment.inflight += 1
@@ -231,13 +230,8 @@ class Router:
                         if passed is not None:
                             yield passed
                     held.clear()
-            for late in held:  # an answer without any output (usage only)
-                passed = progress.admit(late)
-                if passed is not None:
-                    yield passed
-            tail = progress.flush()
-            if tail is not None:
-                yield tail
+            for passed in _drain(held, progress):
+                yield passed
         except UpstreamError as error:
             progress.discard_pending()
             attempt.error = error.reason
@@ -260,6 +254,14 @@ class Router:
 
     def ready_models(self) -> dict[str, bool]:
         return {name: group.ready for name, group in self.groups.items()}
+
+
+def _drain(held: list[Chunk], progress: StreamProgress) -> list[Chunk]:
+    """What is still held when the upstream finished: an answer without any output (usage only),
+    then tool calls that never got a finish_reason."""
+    passed = [chunk for chunk in map(progress.admit, held) if chunk is not None]
+    tail = progress.flush()
+    return passed if tail is None else [*passed, tail]
 
 
 def _tpot(started: float, ttft_s: float, ended: float, usage: Usage | None) -> float | None:

@@ -115,13 +115,20 @@ def test_call_breaking_an_argument_rule_is_replaced_by_a_note(gateway: Gateway) 
     assert "tool_calls" not in message
     assert "lookup_order" in message["content"]
     assert "order_id" in message["content"]
-    audit = httpx.get(
-        f"{gateway.url}/admin/audit",
-        params={"kind": "policy", "limit": 1000},
-        headers=gateway.headers(gateway.admin_key),
-        timeout=10,
-    ).json()["data"]
-    assert any(r["tool"] == "lookup_order" and r["decision"] == "deny" for r in audit)
+    # The audit writer flushes in the background (every flush_interval_s): poll, bounded.
+    denied = False
+    for _ in range(100):
+        audit = httpx.get(
+            f"{gateway.url}/admin/audit",
+            params={"kind": "policy", "limit": 1000},
+            headers=gateway.headers(gateway.admin_key),
+            timeout=10,
+        ).json()["data"]
+        denied = any(r["tool"] == "lookup_order" and r["decision"] == "deny" for r in audit)
+        if denied:
+            break
+        time.sleep(0.02)
+    assert denied
 
 
 def approve_when_pending(gateway: Gateway, approver: str, tool_name: str, results: list[Any]) -> None:
