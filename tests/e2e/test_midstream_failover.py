@@ -140,18 +140,26 @@ def test_backend_sigkilled_at_30_positions_never_changes_the_text(
         delete_redis_prefix(prefix)
 
 
+@pytest.fixture(params=["embedded", "redis"])
+def store_config(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
+    """The same behaviour on both stores: sessions checkpoint every stream."""
+    prefix = f"agw-test-{uuid.uuid4().hex[:12]}"
+    yield {"store": redis_store_config(prefix)} if request.param == "redis" else {}
+    delete_redis_prefix(prefix)
+
+
 @pytest.mark.parametrize(
     "fault",
     [{"stall_after": 7}, {"malformed_after": 7}, {"inband_error_after": 7}, {"cut_after": 7}],
     ids=["stall", "malformed chunk", "in-band error", "connection cut"],
 )
 def test_mid_stream_fault_is_continued_by_the_fallback(
-    tmp_path: Path, sims: tuple[Announced, Announced], fault: dict[str, int]
+    tmp_path: Path, sims: tuple[Announced, Announced], fault: dict[str, int], store_config: dict[str, Any]
 ) -> None:
     primary, fallback = sims
     expected = uninterrupted_text(fallback)
     set_faults(primary, **fault)
-    with running_gateway(tmp_path, failover_config(primary.url, fallback)) as gateway:
+    with running_gateway(tmp_path, {**failover_config(primary.url, fallback), **store_config}) as gateway:
         reply = httpx.post(f"{gateway.url}/v1/chat/completions", json=BODY, headers=gateway.headers(), timeout=20)
         collected = httpx.post(
             f"{gateway.url}/v1/chat/completions", json={**BODY, "stream": False}, headers=gateway.headers(), timeout=20
@@ -162,11 +170,14 @@ def test_mid_stream_fault_is_continued_by_the_fallback(
 
 
 def test_fallback_that_cannot_continue_ends_with_an_in_band_error(
-    tmp_path: Path, sims: tuple[Announced, Announced]
+    tmp_path: Path, sims: tuple[Announced, Announced], store_config: dict[str, Any]
 ) -> None:
     primary, fallback = sims
     set_faults(primary, cut_after=5)
-    config = failover_config(primary.url, fallback, primary_continuation="none", continuation="none")
+    config = {
+        **failover_config(primary.url, fallback, primary_continuation="none", continuation="none"),
+        **store_config,
+    }
     with running_gateway(tmp_path, config) as gateway:
         reply = httpx.post(f"{gateway.url}/v1/chat/completions", json=BODY, headers=gateway.headers(), timeout=20)
     events = events_of(reply.text.splitlines())
