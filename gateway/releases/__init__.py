@@ -1,0 +1,1 @@
+"""Releases backed by versioned training checkpoints."""
