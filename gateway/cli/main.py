@@ -8,6 +8,7 @@ from gateway.cli.approvals import approvals_group
 from gateway.cli.audit import audit_group
 from gateway.cli.checkpoints import checkpoints_group
 from gateway.cli.demo import demo_command
+from gateway.cli.evals import evals_group
 from gateway.cli.keys import keys_group
 from gateway.cli.plan import plan_command
 from gateway.cli.replay import replay_group
@@ -31,3 +32,4 @@ cli.add_command(approvals_group)
 cli.add_command(plan_command)
 cli.add_command(replay_group)
 cli.add_command(checkpoints_group)
+cli.add_command(evals_group)
