@@ -19,12 +19,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import datetime
 import functools
 import os
-import platform
 import secrets
-import shlex
 import subprocess
 import sys
 import tempfile
@@ -33,7 +30,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import orjson
 import uvloop
 from checkpoint_report import Row, markdown_costs, markdown_throughput, row
 from checkpoint_rounds import Window, run_rounds
@@ -46,9 +42,11 @@ from checkpoint_setup import (
     session_count,
     start_variant,
 )
-from procs import Service, StartError, rss_bytes
+from harness import command_line, command_report_line, machine, machine_line, mib, options_dict, run_benchmark
+from harness import write_results as write_json
+from procs import Service, rss_bytes, running
 from runner import Limits, PathUnderTest, Scenario
-from services import BENCH_DIR, REPO_DIR, issue_gateway_key, new_gateway_secret, start_upstream
+from services import BENCH_DIR, REPO_DIR, start_keyed_gateway, start_upstream
 from source_info import describe, source_info
 
 
@@ -122,14 +120,6 @@ def variants(redis_prefix: str | None) -> list[Variant]:
 
 
 @contextlib.contextmanager
-def running(service: Service) -> Iterator[Service]:
-    try:
-        yield service
-    finally:
-        service.stop()
-
-
-@contextlib.contextmanager
 def redis_cleanup(prefix: str | None, report: dict[str, Any]) -> Iterator[None]:
     """Delete every key under `prefix-*` when the run ends, however it ends; count what was there."""
     try:
@@ -162,9 +152,8 @@ def _start_paths(
 ) -> list[PathUnderTest]:
     paths = []
     for variant in chosen:
-        admin_key = new_gateway_secret()
-        gateway = stack.enter_context(running(start_variant(workdir, variant, upstream.url, admin_key)))
-        paths.append(PathUnderTest(variant.name, gateway.url, gateway, issue_gateway_key(gateway.url, admin_key)))
+        gateway, key = start_keyed_gateway(stack, functools.partial(start_variant, workdir, variant, upstream.url))
+        paths.append(PathUnderTest(variant.name, gateway.url, gateway, key))
     return paths
 
 
@@ -193,12 +182,7 @@ def table(options: Options, outcome: Outcome) -> list[Row]:
     return [row(outcome.windows, store, s.name, options.chunks) for store in stores for s in scenarios(options)]
 
 
-def command_line() -> str:
-    return shlex.join(["python", "bench/checkpoint_cost.py", *sys.argv[1:]])
-
-
-def machine() -> dict[str, Any]:
-    return {"python": platform.python_version(), "cpus": os.cpu_count(), "load_average": os.getloadavg()}
+SCRIPT = "checkpoint_cost.py"
 
 
 def print_report(options: Options, outcome: Outcome, took_s: float) -> None:
@@ -211,26 +195,21 @@ def print_report(options: Options, outcome: Outcome, took_s: float) -> None:
     )
     print(markdown_costs(rows))
     print("\nSessions checkpointed per gateway: " + ", ".join(f"{k} {v}" for k, v in outcome.sessions_written.items()))
-    print("RSS at the end: " + ", ".join(f"{k} {v / 2**20:.0f} MiB" for k, v in outcome.rss_bytes.items()))
+    print("RSS at the end: " + ", ".join(f"{k} {mib(v)}" for k, v in outcome.rss_bytes.items()))
     if outcome.redis:
         print(f"Redis ({REDIS_URL}): " + ", ".join(f"{k} {v}" for k, v in outcome.redis.items()))
-    info = machine()
-    loads = f"{outcome.load_at_start:.2f} at the start, {info['load_average'][0]:.2f} at the end"
-    print(f"Machine: {info['cpus']} CPUs, Python {info['python']}, load average {loads}.")
+    print(machine_line(outcome.load_at_start))
     print(f"Code: {describe(outcome.source)} (when the run started).")
-    print(f"Command: `{command_line()}` (took {took_s:.0f} s)")
+    print(command_report_line(SCRIPT, took_s))
 
 
 def write_results(options: Options, outcome: Outcome, took_s: float) -> Path:
-    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
-    options.out_dir.mkdir(parents=True, exist_ok=True)
-    path = options.out_dir / f"checkpoint-cost-{stamp}.json"
     document = {
-        "command": command_line(),
+        "command": command_line(SCRIPT),
         "took_s": took_s,
         "source": outcome.source,
         "machine": {**machine(), "load_average_1m_at_start": outcome.load_at_start},
-        "options": {k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(options).items()},
+        "options": options_dict(options),
         "variants": [dataclasses.asdict(v) for v in outcome.variants],
         "summary": [dataclasses.asdict(r) for r in table(options, outcome)],
         "sessions_written": outcome.sessions_written,
@@ -245,8 +224,7 @@ def write_results(options: Options, outcome: Outcome, took_s: float) -> Path:
             for w in outcome.windows
         ],
     }
-    path.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2))
-    return path
+    return write_json(options.out_dir, "checkpoint-cost", document)
 
 
 def _redis_prefix(options: Options, redis: dict[str, Any]) -> str | None:
@@ -267,15 +245,12 @@ def main(argv: list[str] | None = None) -> int:
     options = parse_args(argv)
     started = time.monotonic()
     redis: dict[str, Any] = {}
-    try:
-        outcome = measure(options, _redis_prefix(options, redis), redis)
-    except StartError as exc:
-        print(f"cannot run the benchmark: {exc}", file=sys.stderr)
-        return 1
-    took_s = time.monotonic() - started
-    print_report(options, outcome, took_s)
-    print(f"Raw figures: {write_results(options, outcome, took_s)}")
-    return 0
+    return run_benchmark(
+        lambda: measure(options, _redis_prefix(options, redis), redis),
+        lambda outcome, took_s: print_report(options, outcome, took_s),
+        lambda outcome, took_s: write_results(options, outcome, took_s),
+        started,
+    )
 
 
 if __name__ == "__main__":

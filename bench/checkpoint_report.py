@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from checkpoint_rounds import Window
+from harness import cell, markdown
 from runner import median_of
 
 TARGET_RATIO = 0.9
@@ -103,16 +104,12 @@ def row(windows: Sequence[Window], store: str, scenario: str, chunks: int) -> Ro
     )
 
 
-def _cell(value: float | None, digits: int = 0) -> str:
-    return "-" if value is None else f"{value:,.{digits}f}"
-
-
 def _pair(on: float | None, off: float | None, digits: int = 0) -> str:
-    return f"{_cell(on, digits)} / {_cell(off, digits)}"
+    return f"{cell(on, digits)} / {cell(off, digits)}"
 
 
 def _ratio(value: Ratio) -> str:
-    return f"{_cell(value.median, 3)} ({_cell(value.low, 3)}-{_cell(value.high, 3)})"
+    return f"{cell(value.median, 3)} ({cell(value.low, 3)}-{cell(value.high, 3)})"
 
 
 def _met(value: Ratio) -> str:
@@ -125,20 +122,21 @@ def markdown_throughput(rows: Sequence[Row]) -> str:
         f"| >= {TARGET_RATIO:g} | sustained req/s on / off | sustained on/off (min-max) | >= {TARGET_RATIO:g} "
         "| errors |"
     )
-    lines = [head, "|" + "---|" * 10]
-    for r in rows:
-        cells = [r.store, r.scenario, _pair(r.on.rps, r.off.rps), _pair(r.on.chunks_per_s, r.off.chunks_per_s)]
-        cells += [_ratio(r.ratio), _met(r.ratio), _pair(r.on.sustained_rps, r.off.sustained_rps)]
-        cells += [_ratio(r.sustained_ratio), _met(r.sustained_ratio), str(r.on.errors + r.off.errors)]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return markdown(head, [_throughput_cells(r) for r in rows])
+
+
+def _throughput_cells(r: Row) -> list[str]:
+    cells = [r.store, r.scenario, _pair(r.on.rps, r.off.rps), _pair(r.on.chunks_per_s, r.off.chunks_per_s)]
+    cells += [_ratio(r.ratio), _met(r.ratio), _pair(r.on.sustained_rps, r.off.sustained_rps)]
+    cells += [_ratio(r.sustained_ratio), _met(r.sustained_ratio), str(r.on.errors + r.off.errors)]
+    return cells
 
 
 def _backlog(on: Side) -> str:
     if on.backlog is None:
         return "-"
     share = "-" if on.backlog_share is None else f"{on.backlog_share:.0%}"
-    return f"{on.backlog:,.0f} ({_cell(on.backlog_max)}), {share}"
+    return f"{on.backlog:,.0f} ({cell(on.backlog_max, 0)}), {share}"
 
 
 def markdown_costs(rows: Sequence[Row]) -> str:
@@ -147,15 +145,16 @@ def markdown_costs(rows: Sequence[Row]) -> str:
         "| CPU ms/req with drain on / off | drain s on / off (max on) | never idled "
         "| checkpoint backlog at window end, sessions: median (max), share of window |"
     )
-    lines = [head, "|" + "---|" * 9]
-    for r in rows:
-        on, off = r.on, r.off
-        cells = [r.store, r.scenario, _pair(on.p50_ms, off.p50_ms, 2), _pair(on.ttft_ms, off.ttft_ms, 2)]
-        cells += [_pair(on.cpu_ms, off.cpu_ms, 2), _pair(on.cpu_ms_with_drain, off.cpu_ms_with_drain, 2)]
-        cells += [
-            f"{_pair(on.drain_s, off.drain_s, 1)} ({_cell(on.drain_max_s, 1)})",
-            str(on.unsettled + off.unsettled),
-        ]
-        cells.append(_backlog(on))
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return markdown(head, [_cost_cells(r) for r in rows])
+
+
+def _cost_cells(r: Row) -> list[str]:
+    on, off = r.on, r.off
+    cells = [r.store, r.scenario, _pair(on.p50_ms, off.p50_ms, 2), _pair(on.ttft_ms, off.ttft_ms, 2)]
+    cells += [_pair(on.cpu_ms, off.cpu_ms, 2), _pair(on.cpu_ms_with_drain, off.cpu_ms_with_drain, 2)]
+    cells += [
+        f"{_pair(on.drain_s, off.drain_s, 1)} ({cell(on.drain_max_s, 1)})",
+        str(on.unsettled + off.unsettled),
+    ]
+    cells.append(_backlog(on))
+    return cells

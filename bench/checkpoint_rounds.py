@@ -15,33 +15,15 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-from procs import Service, rss_bytes
-from runner import Figures, Limits, PathUnderTest, Scenario, measure_window
+from procs import Service, rss_bytes, run_time_s
+from runner import Figures, Limits, PathUnderTest, Scenario, each_window, measure_window
 
 Counter = Callable[[], int]
 
 _POLL_S = 0.05
 _QUIET_SHARE = 0.05  # under 5% of one CPU during a poll interval: idle
 _DRAIN_CAP_S = 30.0
-
-
-def run_time_s(pids: Sequence[int]) -> float:
-    """CPU time of these processes' threads in ns resolution (/proc/PID/task/TID/schedstat), where
-    /proc/PID/stat counts 10 ms clock ticks: too coarse to tell a 50 ms interval idle or not."""
-    total = 0
-    for pid in pids:
-        try:
-            tasks = list(Path(f"/proc/{pid}/task").iterdir())
-        except OSError:
-            continue
-        for task in tasks:
-            try:
-                total += int((task / "schedstat").read_text().split()[0])
-            except (OSError, ValueError, IndexError):
-                continue  # the thread ended meanwhile
-    return total / 1e9
 
 
 @dataclass(frozen=True)
@@ -124,10 +106,8 @@ async def run_rounds(
     counters: Mapping[str, Counter],
 ) -> list[Window]:
     """`counters[path name]` counts the sessions that gateway has checkpointed (sessions on only)."""
-    windows: list[Window] = []
-    for round_no in range(1, rounds + 1):
-        for scenario in scenarios:
-            for path in paths:
-                windows.append(await measure(round_no, scenario, path, upstream, limits, counters.get(path.name)))
-                _progress(windows[-1])
-    return windows
+
+    async def one(round_no: int, scenario: Scenario, path: PathUnderTest) -> Window:
+        return await measure(round_no, scenario, path, upstream, limits, counters.get(path.name))
+
+    return await each_window(rounds, scenarios, paths, one, _progress)

@@ -13,12 +13,11 @@ import contextlib
 import shutil
 import sqlite3
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from procs import Service, start_announcing
-from services import REPO_DIR
+from procs import Service
+from services import gateway_config, serve_gateway
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 _DEL_BATCH = 500
@@ -48,33 +47,15 @@ def _store_yaml(variant: Variant, data_dir: Path) -> str:
     return f"{{kind: embedded, path: {data_dir}}}"
 
 
-def gateway_yaml(variant: Variant, upstream_url: str, data_dir: Path) -> str:
-    # Sessions keep their defaults (16 events / 100 ms) when on; only `enabled` differs.
-    return f"""\
-store: {_store_yaml(variant, data_dir)}
-sessions: {{enabled: {str(variant.sessions).lower()}}}
-routing:
-  health: {{interval_s: 60}}
-models:
-  - name: fast
-    deployments:
-      - name: up
-        api_base: {upstream_url}/v1
-        model: fast
-        max_inflight: 1024
-"""
-
-
 def data_dir(workdir: Path, variant: Variant) -> Path:
     return workdir / f"data-{variant.slug}"
 
 
 def start_variant(workdir: Path, variant: Variant, upstream_url: str, admin_key: str) -> Service:
-    config = workdir / f"gateway-{variant.slug}.yaml"
-    config.write_text(gateway_yaml(variant, upstream_url, data_dir(workdir, variant)))
-    argv = [sys.executable, "-m", "gateway", "serve", "--config", str(config), "--port", "0"]
-    log = workdir / f"gateway-{variant.slug}.log"
-    return start_announcing(variant.name, argv, log, REPO_DIR, {"GATEWAY_ADMIN_KEY": admin_key}, timeout_s=30)
+    # Sessions keep their defaults (16 events / 100 ms) when on; only `enabled` differs.
+    store = _store_yaml(variant, data_dir(workdir, variant))
+    config = gateway_config(upstream_url, data_dir(workdir, variant), store, variant.sessions)
+    return serve_gateway(workdir, config, admin_key, name=variant.name, stem=f"gateway-{variant.slug}")
 
 
 def _redis_cli(*args: str, timeout_s: float = 30) -> str:

@@ -29,23 +29,18 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
-import datetime
 import os
-import platform
 import random
-import shlex
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-import orjson
 import uvloop
 from failover_calibrate import Calibration, calibrate
-from failover_fleet import SimTiming, fetch_audit, gateway_yaml, kill_now, port_of, reap, start_gateway, start_sim
+from failover_fleet import SimTiming, fetch_audit, gateway_yaml, kill_now, port_of, reap, start_sim
 from failover_stats import (
     KILL,
     STALL,
@@ -59,8 +54,10 @@ from failover_stats import (
     recovery_figures,
     summarize,
 )
-from procs import Service, StartError
-from services import BENCH_DIR, REPO_DIR, issue_gateway_key, new_gateway_secret
+from harness import command_line, command_report_line, machine, machine_line, markdown, options_dict, run_benchmark
+from harness import write_results as write_json
+from procs import Service, running
+from services import BENCH_DIR, REPO_DIR, issue_gateway_key, new_gateway_secret, serve_gateway
 from source_info import describe, source_info
 from sse_client import Hook, StreamRecord, stream_chat
 
@@ -257,14 +254,6 @@ async def run_drills(fleet: Fleet, options: Options) -> tuple[list[Drill], list[
     return drills, edge
 
 
-@contextlib.contextmanager
-def running(service: Service) -> Iterator[Service]:
-    try:
-        yield service
-    finally:
-        service.stop()
-
-
 @dataclasses.dataclass
 class Outcome:
     drills: list[Drill]
@@ -297,7 +286,7 @@ def measure(options: Options) -> Outcome:
         fallback = stack.enter_context(running(start_sim(workdir, "fallback", options.timing)))
         admin_key = new_gateway_secret()
         config = gateway_yaml(primary, fallback, options.stall_s, workdir / "gateway-data")
-        gateway = stack.enter_context(running(start_gateway(workdir, config, admin_key)))
+        gateway = stack.enter_context(running(serve_gateway(workdir, config, admin_key)))
         fleet = Fleet(workdir, options, primary, fallback, gateway, admin_key, httpx.AsyncClient(timeout=5))
         stack.callback(lambda: fleet.primary.stop())  # the primary of the moment: kills replace it
         drills, edge, calibration = uvloop.run(_measure(fleet, options))
@@ -308,23 +297,18 @@ def summaries(drills: list[Drill]) -> list[KindSummary]:
     return [summarize(kind, [d for d in drills if d.kind == kind]) for kind in KINDS] + [summarize("all", drills)]
 
 
-def command_line() -> str:
-    return shlex.join(["python", "bench/failover.py", *sys.argv[1:]])
+SCRIPT = "failover.py"
 
 
-def machine() -> dict[str, Any]:
-    return {"python": platform.python_version(), "cpus": os.cpu_count(), "load_average": os.getloadavg()}
+def _edge_cells(d: Drill) -> list[str]:
+    attempts = ", ".join(f"{a['deployment']}:{a['error'] or 'ok'}" for a in d.attempts or [])
+    match = "yes" if d.text_matches else "NO"
+    return [d.kind, str(d.k), f"{d.tokens} / {d.expected_tokens}", match, str(d.finish_reason), attempts]
 
 
 def markdown_edge(edge: list[Drill]) -> str:
-    lines = ["| kind | k | tokens / expected | text matches | finish | attempts |", "|---|---|---|---|---|---|"]
-    for d in edge:
-        attempts = ", ".join(f"{a['deployment']}:{a['error'] or 'ok'}" for a in d.attempts or [])
-        match = "yes" if d.text_matches else "NO"
-        lines.append(
-            f"| {d.kind} | {d.k} | {d.tokens} / {d.expected_tokens} | {match} | {d.finish_reason} | {attempts} |"
-        )
-    return "\n".join(lines)
+    head = ["kind", "k", "tokens / expected", "text matches", "finish", "attempts"]
+    return markdown(head, [_edge_cells(d) for d in edge])
 
 
 def _median(values: list[float]) -> float | None:
@@ -369,44 +353,35 @@ def print_report(options: Options, outcome: Outcome, took_s: float) -> None:
     if outcome.edge:
         print("\n### Failure after the last token, before the finish chunk (k = max_tokens)\n")
         print(markdown_edge(outcome.edge))
-    info = machine()
-    loads = f"{outcome.load_at_start:.2f} at the start, {info['load_average'][0]:.2f} at the end"
-    print(f"\nMachine: {info['cpus']} CPUs, Python {info['python']}, load average {loads}.")
+    print("\n" + machine_line(outcome.load_at_start))
     print(f"Code: {describe(outcome.source)} (when the run started).")
-    print(f"Command: `{command_line()}` (took {took_s:.0f} s)")
+    print(command_report_line(SCRIPT, took_s))
 
 
 def write_results(options: Options, outcome: Outcome, took_s: float) -> Path:
-    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
-    options.out_dir.mkdir(parents=True, exist_ok=True)
-    path = options.out_dir / f"failover-{stamp}.json"
     document = {
-        "command": command_line(),
+        "command": command_line(SCRIPT),
         "took_s": took_s,
         "source": outcome.source,
         "machine": {**machine(), "load_average_1m_at_start": outcome.load_at_start},
-        "options": {k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(options).items()},
+        "options": options_dict(options),
         "summary": [dataclasses.asdict(s) for s in summaries(outcome.drills)],
         "drills": [dataclasses.asdict(d) for d in outcome.drills],
         "edge": [dataclasses.asdict(d) for d in outcome.edge],
         "calibration": dataclasses.asdict(outcome.calibration),
     }
-    path.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2))
-    return path
+    return write_json(options.out_dir, "failover", document)
 
 
 def main(argv: list[str] | None = None) -> int:
     options = parse_args(argv)
     started = time.monotonic()
-    try:
-        outcome = measure(options)
-    except StartError as exc:
-        print(f"cannot run the benchmark: {exc}", file=sys.stderr)
-        return 1
-    took_s = time.monotonic() - started
-    print_report(options, outcome, took_s)
-    print(f"Raw figures: {write_results(options, outcome, took_s)}")
-    return 0
+    return run_benchmark(
+        lambda: measure(options),
+        lambda outcome, took_s: print_report(options, outcome, took_s),
+        lambda outcome, took_s: write_results(options, outcome, took_s),
+        started,
+    )
 
 
 if __name__ == "__main__":

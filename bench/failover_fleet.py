@@ -88,14 +88,6 @@ models:
 """
 
 
-def start_gateway(workdir: Path, config_text: str, admin_key: str) -> Service:
-    config = workdir / "gateway.yaml"
-    config.write_text(config_text)
-    argv = [sys.executable, "-m", "gateway", "serve", "--config", str(config), "--port", "0"]
-    env = {"GATEWAY_ADMIN_KEY": admin_key}
-    return start_announcing("gateway", argv, workdir / "gateway.log", REPO_DIR, env, timeout_s=30)
-
-
 def fetch_audit(gateway_url: str, admin_key: str, max_pages: int = 20) -> dict[str, dict[str, Any]]:
     """Every request record of the audit log, by request id (bounded: `max_pages` of 10,000)."""
     found: dict[str, dict[str, Any]] = {}

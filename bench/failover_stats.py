@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from harness import cell, markdown, yes_no
 from sse_client import StreamRecord
 
 STALL = "stall"
@@ -163,7 +164,7 @@ def summarize(kind: str, drills: Sequence[Drill]) -> KindSummary:
 
 
 def _cell(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
+    return cell(value, 1, grouped=False)
 
 
 def markdown_summary(summaries: Sequence[KindSummary], target_ms: float) -> str:
@@ -171,16 +172,13 @@ def markdown_summary(summaries: Sequence[KindSummary], target_ms: float) -> str:
         "| kind | k values | drills | measured | p50 ms | p99 ms | max ms | raw p50 / p99 / max ms "
         f"| p99 <= {target_ms:g} ms | text mismatches | not as designed | with errors |"
     )
-    lines = [head, "|" + "---|" * 12]
-    for s in summaries:
-        raw = (
-            f"{_cell(s.raw_p50_ms)} / {_cell(s.raw_p99_ms)} / {_cell(s.raw_max_ms)}"
-            if s.kind in (STALL, "all")
-            else "-"
-        )
-        met = "-" if s.p99_ms is None else ("yes" if s.p99_ms <= target_ms else "no")
-        ks = ",".join(str(k) for k in s.ks)
-        cells = [s.kind, ks, str(s.drills), str(s.measured), _cell(s.p50_ms), _cell(s.p99_ms), _cell(s.max_ms)]
-        cells += [raw, met, str(s.text_mismatches), str(s.not_as_designed), str(s.with_errors)]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return markdown(head, [_summary_cells(s, target_ms) for s in summaries])
+
+
+def _summary_cells(s: KindSummary, target_ms: float) -> list[str]:
+    raw = f"{_cell(s.raw_p50_ms)} / {_cell(s.raw_p99_ms)} / {_cell(s.raw_max_ms)}" if s.kind in (STALL, "all") else "-"
+    met = yes_no(None if s.p99_ms is None else s.p99_ms <= target_ms)
+    ks = ",".join(str(k) for k in s.ks)
+    cells = [s.kind, ks, str(s.drills), str(s.measured), _cell(s.p50_ms), _cell(s.p99_ms), _cell(s.max_ms)]
+    cells += [raw, met, str(s.text_mismatches), str(s.not_as_designed), str(s.with_errors)]
+    return cells

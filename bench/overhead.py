@@ -16,21 +16,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import datetime
 import os
-import platform
 import secrets
-import shlex
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import orjson
 import uvloop
-from procs import Service, StartError, rss_bytes
+from harness import command_line, command_report_line, machine, machine_line, mib, options_dict, run_benchmark
+from harness import write_results as write_json
+from procs import Service, StartError, rss_bytes, running
 from report import markdown_ratios, markdown_table, ratios, rows
 from runner import Figures, Limits, PathUnderTest, Scenario, run_rounds
 from services import (
@@ -39,9 +35,8 @@ from services import (
     REPO_DIR,
     LiteLLMCheck,
     check_litellm,
-    issue_gateway_key,
-    new_gateway_secret,
     start_gateway,
+    start_keyed_gateway,
     start_litellm,
     start_upstream,
 )
@@ -117,14 +112,6 @@ def limits(options: Options) -> Limits:
     return Limits(time_cap_s=options.time_cap_s, warmup_requests=warmup, warmup_cap_s=3.0, chunks=options.chunks)
 
 
-@contextlib.contextmanager
-def running(service: Service) -> Iterator[Service]:
-    try:
-        yield service
-    finally:
-        service.stop()
-
-
 def _start_litellm_or_none(
     workdir: Path, check: LiteLLMCheck, upstream: Service, master_key: str
 ) -> tuple[Service | None, str]:
@@ -137,17 +124,7 @@ def _start_litellm_or_none(
         return None, f"LiteLLM did not start: {exc}"
 
 
-def command_line() -> str:
-    return shlex.join(["python", "bench/overhead.py", *sys.argv[1:]])
-
-
-def machine() -> dict[str, Any]:
-    return {
-        "python": platform.python_version(),
-        "cpus": os.cpu_count(),
-        "load_average": os.getloadavg(),
-        "platform": platform.platform(),
-    }
+SCRIPT = "overhead.py"
 
 
 @dataclasses.dataclass
@@ -164,9 +141,9 @@ def measure(options: Options, check: LiteLLMCheck) -> Outcome:
     with tempfile.TemporaryDirectory(prefix="overhead-") as tmp, contextlib.ExitStack() as stack:
         workdir = Path(tmp)
         upstream = stack.enter_context(running(start_upstream(workdir, options.chunks)))
-        admin_key = new_gateway_secret()
-        gateway = stack.enter_context(running(start_gateway(workdir, upstream.url, options.gateway_dir, admin_key)))
-        gateway_key = issue_gateway_key(gateway.url, admin_key)
+        gateway, gateway_key = start_keyed_gateway(
+            stack, lambda admin_key: start_gateway(workdir, upstream.url, options.gateway_dir, admin_key)
+        )
         paths = [
             PathUnderTest("direct", upstream.url, None),
             PathUnderTest("gateway", gateway.url, gateway, gateway_key),
@@ -183,36 +160,27 @@ def measure(options: Options, check: LiteLLMCheck) -> Outcome:
     return Outcome(figures, [p.name for p in paths], rss, reason, load_at_start)
 
 
-def _mib(value: int) -> str:
-    return f"{value / 2**20:.0f} MiB"
-
-
 def print_report(options: Options, outcome: Outcome, check: LiteLLMCheck, took_s: float) -> None:
     table = rows(outcome.figures, scenarios(options), outcome.paths)
     print(f"\n## Proxy overhead (median of {options.rounds} rounds, {options.chunks}-chunk streams)\n")
     print(markdown_table(table))
-    print("\nRSS at the end: " + ", ".join(f"{k} {_mib(v)}" for k, v in outcome.rss_bytes.items()))
+    print("\nRSS at the end: " + ", ".join(f"{k} {mib(v)}" for k, v in outcome.rss_bytes.items()))
     print("\n" + markdown_ratios(ratios(table, scenarios(options))))
     if outcome.litellm_reason:
         print(f"\nLiteLLM was not measured: {outcome.litellm_reason}")
     else:
         print(f"\nLiteLLM {check.version} (proxy, 1 worker, master key, no database, telemetry and spend logs off).")
-    info = machine()
-    loads = f"{outcome.load_at_start:.2f} at the start, {info['load_average'][0]:.2f} at the end"
-    print(f"Machine: {info['cpus']} CPUs, Python {info['python']}, load average {loads}.")
-    print(f"Command: `{command_line()}` (took {took_s:.0f} s)")
+    print(machine_line(outcome.load_at_start))
+    print(command_report_line(SCRIPT, took_s))
 
 
 def write_results(options: Options, outcome: Outcome, check: LiteLLMCheck, took_s: float) -> Path:
-    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
-    options.out_dir.mkdir(parents=True, exist_ok=True)
-    path = options.out_dir / f"overhead-{stamp}.json"
     table = rows(outcome.figures, scenarios(options), outcome.paths)
     document = {
-        "command": command_line(),
+        "command": command_line(SCRIPT),
         "took_s": took_s,
-        "machine": {**machine(), "load_average_1m_at_start": outcome.load_at_start},
-        "options": {k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(options).items()},
+        "machine": {**machine(with_platform=True), "load_average_1m_at_start": outcome.load_at_start},
+        "options": options_dict(options),
         "litellm": {"version": check.version, "not_measured": outcome.litellm_reason or None},
         "scenarios": [dataclasses.asdict(s) for s in scenarios(options)],
         "summary": [dataclasses.asdict(r) for r in table],
@@ -220,23 +188,19 @@ def write_results(options: Options, outcome: Outcome, check: LiteLLMCheck, took_
         "rss_bytes": outcome.rss_bytes,
         "windows": [dataclasses.asdict(f) for f in outcome.figures],
     }
-    path.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2))
-    return path
+    return write_json(options.out_dir, "overhead", document)
 
 
 def main(argv: list[str] | None = None) -> int:
     options = parse_args(argv)
     started = time.monotonic()
     check = check_litellm(options.litellm_python, options.no_litellm)
-    try:
-        outcome = measure(options, check)
-    except StartError as exc:
-        print(f"cannot run the benchmark: {exc}", file=sys.stderr)
-        return 1
-    took_s = time.monotonic() - started
-    print_report(options, outcome, check, took_s)
-    print(f"Raw figures: {write_results(options, outcome, check, took_s)}")
-    return 0
+    return run_benchmark(
+        lambda: measure(options, check),
+        lambda outcome, took_s: print_report(options, outcome, check, took_s),
+        lambda outcome, took_s: write_results(options, outcome, check, took_s),
+        started,
+    )
 
 
 if __name__ == "__main__":

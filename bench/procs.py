@@ -8,13 +8,14 @@ and its descendants, so that a proxy that forks workers is charged for all of th
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +45,15 @@ class Service:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(timeout_s)
+
+
+@contextlib.contextmanager
+def running(service: Service) -> Iterator[Service]:
+    """Stop the service when the block ends, however it ends."""
+    try:
+        yield service
+    finally:
+        service.stop()
 
 
 def _spawn(argv: Sequence[str], log_path: Path, cwd: Path, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
@@ -128,13 +138,26 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _tasks(pid: int) -> list[Path]:
+    """The /proc/PID/task/TID directories of a process; none when it is gone."""
+    try:
+        return list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return []
+
+
+def _proc_texts(pids: Sequence[int], name: str) -> Iterator[str]:
+    """/proc/PID/<name> of each process still there (one that is gone was not measured for long)."""
+    for pid in pids:
+        try:
+            yield Path(f"/proc/{pid}/{name}").read_text()
+        except OSError:
+            continue
+
+
 def descendants(pid: int) -> list[int]:
     found: list[int] = []
-    try:
-        tasks = list(Path(f"/proc/{pid}/task").iterdir())
-    except OSError:
-        return found
-    for task in tasks:
+    for task in _tasks(pid):
         try:
             children = [int(c) for c in (task / "children").read_text().split()]
         except OSError:
@@ -147,23 +170,28 @@ def descendants(pid: int) -> list[int]:
 def cpu_seconds(pids: Sequence[int]) -> float:
     """User + system CPU time of these processes (all their threads), from /proc/PID/stat."""
     total = 0
-    for pid in pids:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            continue  # gone: it was not one of the measured processes for long
+    for stat in _proc_texts(pids, "stat"):
         fields = stat.rsplit(")", 1)[1].split()  # the command name may hold spaces and parentheses
         total += int(fields[11]) + int(fields[12])  # utime and stime, fields 14 and 15 of stat(5)
     return total / _CLOCK_TICKS
 
 
-def rss_bytes(pids: Sequence[int]) -> int:
+def run_time_s(pids: Sequence[int]) -> float:
+    """CPU time of these processes' threads in ns resolution (/proc/PID/task/TID/schedstat), where
+    /proc/PID/stat counts 10 ms clock ticks: too coarse to tell a 50 ms interval idle or not."""
     total = 0
     for pid in pids:
-        try:
-            status = Path(f"/proc/{pid}/status").read_text()
-        except OSError:
-            continue
+        for task in _tasks(pid):
+            try:
+                total += int((task / "schedstat").read_text().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue  # the thread ended meanwhile
+    return total / 1e9
+
+
+def rss_bytes(pids: Sequence[int]) -> int:
+    total = 0
+    for status in _proc_texts(pids, "status"):
         for line in status.splitlines():
             if line.startswith("VmRSS:"):
                 total += int(line.split()[1]) * 1024

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from harness import cell, markdown, yes_no
 from runner import Figures, Scenario, median_of
 
 DIRECT = "direct"
@@ -121,37 +122,30 @@ def ratios(table: Sequence[Row], scenarios: Sequence[Scenario]) -> list[Ratio]:
     return result
 
 
-def _cell(value: float | None, digits: int = 2) -> str:
-    return "-" if value is None else f"{value:,.{digits}f}"
-
-
 def markdown_table(table: Sequence[Row]) -> str:
     head = (
         "| scenario | path | req/s | p50 ms | p99 ms | TTFT p50 ms | chunk gap ms "
         "| +p50 ms | +TTFT ms | +per-chunk ms | proxy CPU ms/req |"
     )
-    lines = [head, "|" + "---|" * 11]
-    for r in table:
-        cells = [
-            r.scenario,
-            r.path + (f" ({r.errors} errors)" if r.errors else ""),
-            _cell(r.rps, 0),
-            _cell(r.p50_ms, 3),
-            _cell(r.p99_ms, 3),
-            _cell(r.ttft_p50_ms, 3),
-            _cell(r.gap_ms, 4),
-            _cell(r.added_p50_ms, 3),
-            _cell(r.added_ttft_ms, 3),
-            _cell(r.added_gap_ms, 4),
-            _cell(r.cpu_ms_per_req, 3),
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return markdown(head, [_cells(r) for r in table])
+
+
+def _cells(r: Row) -> list[str]:
+    return [
+        r.scenario,
+        r.path + (f" ({r.errors} errors)" if r.errors else ""),
+        cell(r.rps, 0),
+        cell(r.p50_ms, 3),
+        cell(r.p99_ms, 3),
+        cell(r.ttft_p50_ms, 3),
+        cell(r.gap_ms, 4),
+        cell(r.added_p50_ms, 3),
+        cell(r.added_ttft_ms, 3),
+        cell(r.added_gap_ms, 4),
+        cell(r.cpu_ms_per_req, 3),
+    ]
 
 
 def markdown_ratios(items: Sequence[Ratio]) -> str:
-    lines = ["| target | value | goal | met |", "|---|---|---|---|"]
-    for item in items:
-        met = "-" if item.met is None else ("yes" if item.met else "no")
-        lines.append(f"| {item.name} | {_cell(item.value, 3)} | {item.target} | {met} |")
-    return "\n".join(lines)
+    head = ["target", "value", "goal", "met"]
+    return markdown(head, [[i.name, cell(i.value, 3), i.target, yes_no(i.met)] for i in items])

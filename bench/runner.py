@@ -10,14 +10,17 @@ from __future__ import annotations
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 import orjson
 from fast_upstream import TOKEN
 from loadgen import Pool, Spec, Window, render_request
 from procs import Service, cpu_seconds
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -163,6 +166,23 @@ def _progress(figures: Figures) -> None:
     )
 
 
+async def each_window(
+    rounds: int,
+    scenarios: Sequence[Scenario],
+    paths: Sequence[PathUnderTest],
+    measure: Callable[[int, Scenario, PathUnderTest], Awaitable[T]],
+    progress: Callable[[T], None],
+) -> list[T]:
+    """Alternating rounds: every scenario on every path in each round, so that noise lands on all alike."""
+    results: list[T] = []
+    for round_no in range(1, rounds + 1):
+        for scenario in scenarios:
+            for path in paths:
+                results.append(await measure(round_no, scenario, path))
+                progress(results[-1])
+    return results
+
+
 async def run_rounds(
     rounds: int,
     scenarios: Sequence[Scenario],
@@ -170,14 +190,10 @@ async def run_rounds(
     upstream: Service,
     limits: Limits,
 ) -> list[Figures]:
-    results: list[Figures] = []
-    for round_no in range(1, rounds + 1):
-        for scenario in scenarios:
-            for path in paths:
-                figures = await measure_window(round_no, scenario, path, upstream, limits)
-                _progress(figures)
-                results.append(figures)
-    return results
+    async def one(round_no: int, scenario: Scenario, path: PathUnderTest) -> Figures:
+        return await measure_window(round_no, scenario, path, upstream, limits)
+
+    return await each_window(rounds, scenarios, paths, one, _progress)
 
 
 def median_of(values: Sequence[float | None]) -> float | None:

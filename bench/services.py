@@ -5,16 +5,18 @@ proxy (one worker, from its own virtualenv so it never changes the main environm
 from __future__ import annotations
 
 import base64
+import contextlib
 import secrets
 import subprocess
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
-from procs import Service, StartError, free_port, start_announcing, start_polled
+from procs import Service, StartError, free_port, running, start_announcing, start_polled
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_DIR = BENCH_DIR.parent
@@ -40,12 +42,15 @@ def new_gateway_secret() -> str:
     return "agw_" + base64.urlsafe_b64encode(secrets.token_bytes(32)).rstrip(b"=").decode()
 
 
-def gateway_config(upstream_url: str, data_dir: Path) -> str:
-    # The store goes to the scratch directory: its default, ./data, is relative to the working
-    # directory, and the benchmark must leave nothing behind in the repository.
+def gateway_config(upstream_url: str, data_dir: Path, store: str = "", sessions: bool | None = None) -> str:
+    """One deployment on the fast upstream. `store` replaces the embedded store in `data_dir` (the
+    scratch directory: its default, ./data, is relative to the working directory, and the benchmark
+    must leave nothing behind in the repository); `sessions` sets `sessions.enabled` when given."""
+    store = store or f"{{kind: embedded, path: {data_dir}}}"
+    sessions_line = "" if sessions is None else f"sessions: {{enabled: {str(sessions).lower()}}}\n"
     return f"""\
-store: {{kind: embedded, path: {data_dir}}}
-routing:
+store: {store}
+{sessions_line}routing:
   health: {{interval_s: 60}}
 models:
   - name: fast
@@ -57,14 +62,27 @@ models:
 """
 
 
-def start_gateway(workdir: Path, upstream_url: str, source_dir: Path, admin_key: str) -> Service:
-    """Run `python -m gateway serve` from `source_dir` (the repository, or another checkout to compare)."""
-    config = workdir / "gateway.yaml"
-    config.write_text(gateway_config(upstream_url, workdir / "gateway-data"))
+def serve_gateway(
+    workdir: Path,
+    config_text: str,
+    admin_key: str,
+    name: str = "gateway",
+    stem: str = "gateway",
+    source_dir: Path = REPO_DIR,
+) -> Service:
+    """Run `python -m gateway serve` from `source_dir` (the repository, or another checkout to compare)
+    with the configuration `config_text`, written with its log to `workdir/<stem>.yaml` and `.log`."""
+    config = workdir / f"{stem}.yaml"
+    config.write_text(config_text)
     argv = [sys.executable, "-m", "gateway", "serve", "--config", str(config), "--port", "0"]
     # The bootstrap admin key comes through the environment, which a gateway without auth ignores.
     env = {"GATEWAY_ADMIN_KEY": admin_key}
-    return start_announcing("gateway", argv, workdir / "gateway.log", source_dir, env, timeout_s=30)
+    return start_announcing(name, argv, workdir / f"{stem}.log", source_dir, env, timeout_s=30)
+
+
+def start_gateway(workdir: Path, upstream_url: str, source_dir: Path, admin_key: str) -> Service:
+    config = gateway_config(upstream_url, workdir / "gateway-data")
+    return serve_gateway(workdir, config, admin_key, source_dir=source_dir)
 
 
 def issue_gateway_key(gateway_url: str, admin_key: str) -> str:
@@ -86,6 +104,14 @@ def issue_gateway_key(gateway_url: str, admin_key: str) -> str:
     except (urllib.error.URLError, OSError, KeyError, orjson.JSONDecodeError) as exc:
         raise StartError(f"could not issue a gateway key: {exc!r}") from None
     return str(secret)
+
+
+def start_keyed_gateway(stack: contextlib.ExitStack, start: Callable[[str], Service]) -> tuple[Service, str]:
+    """Start a gateway with a fresh admin key (`start(admin_key)`), stopped when `stack` closes,
+    and mint a tenant key on it: (the gateway, the key its requests carry)."""
+    admin_key = new_gateway_secret()
+    gateway = stack.enter_context(running(start(admin_key)))
+    return gateway, issue_gateway_key(gateway.url, admin_key)
 
 
 def litellm_config(upstream_url: str, master_key: str) -> str:

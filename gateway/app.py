@@ -29,11 +29,14 @@ from gateway.http.errors import install_error_handlers
 from gateway.http.health import HealthApi
 from gateway.http.metrics_api import MetricsApi
 from gateway.http.openai_api import OpenAIApi
+from gateway.http.releases_api import build_releases_router
 from gateway.http.requests import ParseRequest
 from gateway.http.sessions_api import SessionsApi
 from gateway.keys import KeyService
 from gateway.pipeline import Call, Meter, ResolveModel, Stage, compose
 from gateway.quota import Admit
+from gateway.releases.checkpoints import CheckpointRegistry
+from gateway.releases.service import ActiveReleases, ApplyRelease, ReleaseService, ReleaseWatcher
 from gateway.routing.deployment import Deployment
 from gateway.routing.health import HealthMonitor
 from gateway.routing.router import ModelGroup, Router
@@ -101,6 +104,13 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
     approvals = ApprovalService(store, audit, approval_secret(settings))
     telemetry.watch(router, quota)
 
+    active_releases = ActiveReleases()
+    checkpoint_registry = (
+        CheckpointRegistry(settings.releases.checkpoint_registry) if settings.releases.checkpoint_registry else None
+    )
+    releases = ReleaseService(store, audit, router, health, checkpoint_registry, active_releases)
+    release_watcher = ReleaseWatcher(store, releases, settings.releases.watch_interval_s)
+
     stages: list[Stage] = [
         TraceRequests(telemetry, model_names),  # outermost: refusals are traced and counted too
         audit_requests,  # refusals are recorded too
@@ -109,6 +119,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
         ParseRequest(settings.server.max_body_bytes),
         AppendHistory(store),
         ResolveModel(model_names),
+        ApplyRelease(active_releases),
         ToolPolicy(policies, approvals, audit, settings.tools.wait_poll_s),
         quota,
         Meter(),
@@ -128,12 +139,14 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
         audit.start()
         health.start()
         policy_watch = asyncio.get_running_loop().create_task(policies.watch(settings.tools.reload_interval_s))
+        release_watch = asyncio.get_running_loop().create_task(release_watcher.run())
         if sessions is not None:
             sessions.start_checkpoints()
         try:
             yield
         finally:
             policy_watch.cancel()
+            release_watch.cancel()
             await health.stop()
             if sessions is not None:
                 await sessions.stop()
@@ -163,6 +176,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
     app.router.routes.extend(MetricsApi(telemetry.registry).routes())
     app.include_router(build_admin_router(authenticator, keys, store))
     app.include_router(build_approvals_router(authenticator, approvals, policies))
+    app.include_router(build_releases_router(authenticator, releases))
     install_error_handlers(app)
     app.state.router = router
     app.state.quota = quota

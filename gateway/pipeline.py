@@ -50,6 +50,8 @@ class RequestContext:
     response_headers: dict[str, str] = field(default_factory=dict)
     completion_text: list[str] = field(default_factory=list)  # the assistant text, for audit digests
     resume: tuple[str, int] | None = None  # (text, chunks) already sent, when taking a session over
+    release: str | None = None  # the model's active release when the request started
+    deployments: frozenset[str] | None = None  # the release's deployments; None: all of the model's
     trace: RequestTrace = field(default_factory=RequestTrace)  # set by the tracing stage; inert without it
 
 
@@ -114,4 +116,6 @@ class Call:
         self._router = router
 
     def __call__(self, ctx: RequestContext) -> AsyncGenerator[Chunk, None]:
-        return self._router.stream(ctx.model, ctx.body, ctx.route, resume=ctx.resume, trace=ctx.trace)
+        return self._router.stream(
+            ctx.model, ctx.body, ctx.route, resume=ctx.resume, trace=ctx.trace, allowed=ctx.deployments
+        )

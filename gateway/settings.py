@@ -234,8 +234,14 @@ class TelemetrySettings(Frozen):
     otlp_timeout_s: Seconds = 5.0
 
 
+class ReleaseSettings(Frozen):
+    checkpoint_registry: Path | None = Field(default=None, description="root of `gateway checkpoints` registry")
+    watch_interval_s: Seconds = Field(default=0.25, description="how fast a switch reaches every replica")
+
+
 class Settings(Frozen):
     server: ServerSettings = ServerSettings()
+    releases: ReleaseSettings = ReleaseSettings()
     telemetry: TelemetrySettings = TelemetrySettings()
     tools: ToolPolicySettings = ToolPolicySettings()
     sessions: SessionSettings = SessionSettings()

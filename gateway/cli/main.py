@@ -11,6 +11,7 @@ from gateway.cli.demo import demo_command
 from gateway.cli.evals import evals_group
 from gateway.cli.keys import keys_group
 from gateway.cli.plan import plan_command
+from gateway.cli.releases import releases_group
 from gateway.cli.replay import replay_group
 from gateway.cli.serve import config_group, serve_command
 from gateway.sim.cli import sim_command
@@ -33,3 +34,4 @@ cli.add_command(plan_command)
 cli.add_command(replay_group)
 cli.add_command(checkpoints_group)
 cli.add_command(evals_group)
+cli.add_command(releases_group)

@@ -38,8 +38,11 @@ class Interrupted(Exception):
 
 
 class StreamProgress:
-    def __init__(self, body: dict[str, Any], resume: tuple[str, int] | None = None) -> None:
+    def __init__(
+        self, body: dict[str, Any], resume: tuple[str, int] | None = None, allowed: frozenset[str] | None = None
+    ) -> None:
         self._body = body
+        self._allowed = allowed  # the active release's deployments
         text, chunks = resume or ("", 0)
         self._text: list[str] = [text] if text else []
         self.content_chunks = chunks  # a chunk is a token on vLLM-style servers: the max_tokens unit
@@ -64,7 +67,10 @@ class StreamProgress:
         return bool(limits) and self.content_chunks >= min(limits)
 
     def can_serve(self, deployment: DeploymentSettings) -> bool:
-        """May this deployment produce the rest? Anyone may, while no text has been sent."""
+        """May this deployment produce (the rest of) the answer? It must belong to the request's
+        release; any may start an answer, only one that can continue may finish one."""
+        if self._allowed is not None and deployment.name not in self._allowed:
+            return False
         return not self._text or deployment.continuation is not Continuation.NONE
 
     def request_for(self, deployment: DeploymentSettings) -> dict[str, Any]:

@@ -111,6 +111,7 @@ class Router:
         log: RouteLog,
         resume: tuple[str, int] | None = None,
         trace: RequestTrace | None = None,
+        allowed: frozenset[str] | None = None,
     ) -> AsyncGenerator[Chunk, None]:
         """The answer for `body` from the best deployments of `model`, as one uninterrupted stream.
 
@@ -121,7 +122,7 @@ class Router:
         """
         group = self.groups[model]
         trace = trace or RequestTrace()
-        progress = StreamProgress(body, resume)
+        progress = StreamProgress(body, resume, allowed)
         avoid: set[str] = set()
         while True:
             try:

@@ -261,6 +261,48 @@ class Store(Protocol):
         approval lists as "expired" (and not as "pending")."""
         ...
 
+    # --- releases -------------------------------------------------------------------------
+    # A release is an immutable JSON object the gateway builds, with at least `model` and
+    # `version` (non-empty strings) and `created_at` (unix seconds), plus anything else it wants
+    # kept (fields round-trip unchanged). Each model has an active pointer: the active version and
+    # a generation, 0 before the first activation and one more at each, so that replicas notice a
+    # switch by comparing numbers. Bad arguments raise ValueError before anything is touched
+    # (release_record.py has the checks).
+    async def release_put(self, record: dict[str, Any]) -> bool:
+        """Create release (model, version); False (and nothing changed) if that version exists:
+        releases are immutable."""
+        ...
+
+    async def release_get(self, model: str, version: str) -> dict[str, Any] | None: ...
+
+    async def release_list(self, model: str) -> list[dict[str, Any]]:
+        """Every release of the model, oldest first (by created_at, then version)."""
+        ...
+
+    async def release_active(self, model: str) -> tuple[str | None, int]:
+        """(active version or None, generation); generation is 0 before any activation."""
+        ...
+
+    async def release_activate(
+        self, model: str, version: str, expected_generation: int, entry: dict[str, Any]
+    ) -> tuple[bool, int]:
+        """Atomically: if the model's generation still equals expected_generation and the release
+        exists, make `version` active, bump the generation, and append `entry` (who, why, from,
+        to, at) to the model's activation history; return (True, new generation). Otherwise change
+        nothing and return (False, current generation). Concurrent activations: exactly one wins.
+        The history keeps the newest release_record.HISTORY_CAP entries per model."""
+        ...
+
+    async def release_history(self, model: str, limit: int) -> list[dict[str, Any]]:
+        """Activation history entries, newest first, at most `limit` (each as given plus its
+        `generation`)."""
+        ...
+
+    async def release_generations(self) -> dict[str, int]:
+        """Every activated model's current generation, in one call: replicas poll this to
+        notice a switch."""
+        ...
+
     # --- lifecycle ------------------------------------------------------------------------
     async def ping(self) -> None:
         """Raise StoreUnavailable if the backing service cannot be reached."""

@@ -1,7 +1,7 @@
 """The default store for one replica with nothing else to run.
 
-Key records, the audit chain, session checkpoints and approvals live in `<path>/gateway.db`
-(SQLite, shared safely with CLI processes using the same file); quota counters live in this
+Key records, the audit chain, session checkpoints, approvals and model releases live in
+`<path>/gateway.db` (SQLite, shared safely with CLI processes using the same file); quota counters live in this
 process's memory, which is exact for one replica and is lost on restart (windows are at most a
 day long).
 """
@@ -17,8 +17,9 @@ from typing import Any, TypeVar
 
 from gateway.errors import StoreUnavailable
 from gateway.settings import EmbeddedStoreSettings
-from gateway.store import approval_record
+from gateway.store import approval_record, release_record
 from gateway.store import sqlite_approvals as approvals
+from gateway.store import sqlite_releases as releases
 from gateway.store import sqlite_sessions as sessions
 from gateway.store.audit_batch import check_batch
 from gateway.store.base import (
@@ -181,6 +182,34 @@ class EmbeddedStore:
             return []
         now = self._clock()
         return await self._run(lambda db: approvals.list_approvals(db, tenant, status, limit, now))
+
+    # --- releases -------------------------------------------------------------------------
+    async def release_put(self, record: dict[str, Any]) -> bool:
+        new = release_record.check_put(record)
+        return await self._run(lambda db: releases.put(db, new))
+
+    async def release_get(self, model: str, version: str) -> dict[str, Any] | None:
+        return await self._run(lambda db: releases.get(db, model, version))
+
+    async def release_list(self, model: str) -> list[dict[str, Any]]:
+        return await self._run(lambda db: releases.list_releases(db, model))
+
+    async def release_active(self, model: str) -> tuple[str | None, int]:
+        return await self._run(lambda db: releases.active(db, model))
+
+    async def release_activate(
+        self, model: str, version: str, expected_generation: int, entry: dict[str, Any]
+    ) -> tuple[bool, int]:
+        blob = release_record.check_activation(model, version, expected_generation, entry)
+        return await self._run(lambda db: releases.activate(db, model, version, expected_generation, blob))
+
+    async def release_history(self, model: str, limit: int) -> list[dict[str, Any]]:
+        if limit <= 0:
+            return []
+        return await self._run(lambda db: releases.history(db, model, limit))
+
+    async def release_generations(self) -> dict[str, int]:
+        return await self._run(releases.generations)
 
     # --- lifecycle ------------------------------------------------------------------------
     async def ping(self) -> None:

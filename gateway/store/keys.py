@@ -23,6 +23,13 @@ Names carry Redis Cluster hash tags so that each Lua script touches a single slo
                                                    (expires_at + the retention given to put)
     <prefix>:{approvals}:order               zset  <tenant>:<id> scored by requested_at (every tenant)
     <prefix>:{approvals}:tenant:<tenant>     zset  <tenant>:<id> scored by requested_at (one tenant)
+    <prefix>:{releases}:records              hash  <model>:<version> -> the release as put (JSON, verbatim)
+    <prefix>:{releases}:model:<model>        zset  the model's versions scored by created_at (ties:
+                                                   by version, as Redis orders equal scores)
+    <prefix>:{releases}:active               hash  model -> its active version
+    <prefix>:{releases}:generations          hash  model -> its generation (absent: 0)
+    <prefix>:{releases}:history:<model>      list  activation history entries (JSON), newest first,
+                                                   capped at release_record.HISTORY_CAP
 
 A tenant's quota keys share the tag `t:<tenant>`, so one admit for a key and its tenant is one
 script on one slot. The tenant is percent-encoded: a `}` or `:` in its name could otherwise end
@@ -40,6 +47,12 @@ A member `<tenant>:<id>` has both parts percent-encoded, so `:` separates them u
 another tenant's id is another member. Nothing here expires per member: a script treats a member
 whose forget time has passed as absent, and `approval_put` removes a batch of those for good. Each
 key expires (PEXPIREAT) when the last approval it holds is forgotten.
+
+Releases all share the tag `releases`: there are few (a handful of models, a release per
+deployment), and activation (a compare-and-set on the generation that also checks the release
+and appends to the history) is then one script on one slot. Models in key names and members are
+percent-encoded, as are versions in members; hash fields and zset members holding one name only
+are not (they cannot run into each other). Nothing expires: releases are the gateway's history.
 """
 
 from __future__ import annotations
@@ -173,6 +186,30 @@ def approval_member(tenant: str, approval_id: str) -> str:
 def approval_forget_ms(forget_at: float) -> int:
     """When the keys holding an approval may expire, as PEXPIREAT milliseconds (rounded up)."""
     return math.ceil(forget_at * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseKeys:
+    records: str
+    active: str
+    generations: str
+
+
+def release_keys(prefix: str) -> ReleaseKeys:
+    base = f"{prefix}:{{releases}}"
+    return ReleaseKeys(records=f"{base}:records", active=f"{base}:active", generations=f"{base}:generations")
+
+
+def release_versions(prefix: str, model: str) -> str:
+    return f"{prefix}:{{releases}}:model:{quote(model, safe='')}"
+
+
+def release_history(prefix: str, model: str) -> str:
+    return f"{prefix}:{{releases}}:history:{quote(model, safe='')}"
+
+
+def release_member(model: str, version: str) -> str:
+    return f"{quote(model, safe='')}:{quote(version, safe='')}"
 
 
 def all_keys_pattern(prefix: str) -> str:

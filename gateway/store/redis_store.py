@@ -1,7 +1,8 @@
 """The store for several replicas: everything in Redis, every multi-key operation one Lua script.
 
 Key names and TTLs are in gateway/store/keys.py, the scripts in gateway/store/lua/, sessions in
-gateway/store/redis_sessions.py, approvals in gateway/store/redis_approvals.py. Every failure to
+gateway/store/redis_sessions.py, approvals in gateway/store/redis_approvals.py, model releases in
+gateway/store/redis_releases.py. Every failure to
 talk to Redis becomes StoreUnavailable (redis_common.unavailable); nothing redis-specific gets out.
 
 Failing fast matters more than riding out a blip: the caller decides (fail open or closed),
@@ -34,6 +35,7 @@ from gateway.store.base import (
 )
 from gateway.store.redis_approvals import RedisApprovals
 from gateway.store.redis_common import lua, unavailable
+from gateway.store.redis_releases import RedisReleases
 from gateway.store.redis_sessions import RedisSessions
 
 # Requests beyond the pool's size wait this long for a connection before failing.
@@ -103,6 +105,7 @@ class RedisStore:
         self._audit_append = self._redis.register_script(lua("audit_append"))
         self._sessions = RedisSessions(self._redis, self._prefix)
         self._approvals = RedisApprovals(self._redis, self._prefix)
+        self._releases = RedisReleases(self._redis, self._prefix)
 
     # --- API keys -------------------------------------------------------------------------
     async def put_key(self, record: KeyRecord) -> None:
@@ -248,6 +251,30 @@ class RedisStore:
 
     async def approval_list(self, tenant: str | None, status: str | None, limit: int) -> list[dict[str, Any]]:
         return await self._approvals.list(tenant, status, limit)
+
+    # --- releases -------------------------------------------------------------------------
+    async def release_put(self, record: dict[str, Any]) -> bool:
+        return await self._releases.put(record)
+
+    async def release_get(self, model: str, version: str) -> dict[str, Any] | None:
+        return await self._releases.get(model, version)
+
+    async def release_list(self, model: str) -> list[dict[str, Any]]:
+        return await self._releases.list_releases(model)
+
+    async def release_active(self, model: str) -> tuple[str | None, int]:
+        return await self._releases.active(model)
+
+    async def release_activate(
+        self, model: str, version: str, expected_generation: int, entry: dict[str, Any]
+    ) -> tuple[bool, int]:
+        return await self._releases.activate(model, version, expected_generation, entry)
+
+    async def release_history(self, model: str, limit: int) -> list[dict[str, Any]]:
+        return await self._releases.history(model, limit)
+
+    async def release_generations(self) -> dict[str, int]:
+        return await self._releases.generations()
 
     # --- lifecycle ------------------------------------------------------------------------
     async def ping(self) -> None:

@@ -1,6 +1,6 @@
-"""Key records, the audit chain, sessions and approvals in one SQLite file: the embedded store's
-durable half (the session and approval tables and queries are in sqlite_sessions.py and
-sqlite_approvals.py).
+"""Key records, the audit chain, sessions, approvals and model releases in one SQLite file: the
+embedded store's durable half (the session, approval and release tables and queries are in
+sqlite_sessions.py, sqlite_approvals.py and sqlite_releases.py).
 
 Every method here blocks on disk; EmbeddedStore runs them in a worker thread. One connection
 serves the process, guarded by a lock (sqlite3 connections are not safe to share unguarded).
@@ -23,6 +23,7 @@ import orjson
 from gateway.store.audit_batch import canonical
 from gateway.store.base import AuditHead, KeyRecord
 from gateway.store.sqlite_approvals import SCHEMA as APPROVALS_SCHEMA
+from gateway.store.sqlite_releases import SCHEMA as RELEASES_SCHEMA
 from gateway.store.sqlite_sessions import SCHEMA as SESSIONS_SCHEMA
 from gateway.store.sqlite_tx import transaction
 
@@ -71,7 +72,7 @@ class SqliteDb:
             # In WAL mode NORMAL syncs at checkpoints, not at every commit: a crashed process
             # loses nothing (the WAL is in the OS), only a power cut can lose the last commits.
             connection.execute("PRAGMA synchronous=NORMAL")
-            connection.executescript(_SCHEMA + SESSIONS_SCHEMA + APPROVALS_SCHEMA)
+            connection.executescript(_SCHEMA + SESSIONS_SCHEMA + APPROVALS_SCHEMA + RELEASES_SCHEMA)
         except BaseException:
             connection.close()
             raise

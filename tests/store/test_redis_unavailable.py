@@ -52,6 +52,13 @@ EVERY_CALL: dict[str, Call] = {
     "approval_decide": lambda s: s.approval_decide("acme", "a1", {"status": "approved", "decided_by": "alice"}),
     "approval_list(all)": lambda s: s.approval_list(None, None, 10),
     "approval_list(tenant)": lambda s: s.approval_list("acme", "pending", 10),
+    "release_put": lambda s: s.release_put({"model": "m1", "version": "v1", "created_at": 1.0}),
+    "release_get": lambda s: s.release_get("m1", "v1"),
+    "release_list": lambda s: s.release_list("m1"),
+    "release_active": lambda s: s.release_active("m1"),
+    "release_activate": lambda s: s.release_activate("m1", "v1", 0, {"who": "alice", "to": "v1"}),
+    "release_history": lambda s: s.release_history("m1", 10),
+    "release_generations": lambda s: s.release_generations(),
 }
 
 

@@ -1,0 +1,71 @@
+"""`/admin/models/{model}/...`: release records, promotion, one-call rollback, and the releases page."""
+
+# No `from __future__ import annotations`: FastAPI reads the endpoint annotations at runtime.
+from importlib.resources import files
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import HTMLResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from gateway.auth import Authenticator
+from gateway.errors import InvalidRequest
+from gateway.principal import Principal, Scope
+from gateway.releases.service import ReleaseService, ReleaseSpec
+
+
+class CreateReleaseBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    version: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9._-]+$")
+    deployments: list[str] = Field(default_factory=list)
+    checkpoint: str | None = None
+    system_prompt: str = Field(default="", max_length=100_000)
+    prompt_version: str = ""
+    eval_set: str | None = None
+    min_pass_rate: float = Field(default=1.0, ge=0, le=1)
+    notes: str = Field(default="", max_length=10_000)
+
+
+class SwitchBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    version: str | None = None
+    reason: str = Field(default="", max_length=2000)
+
+
+def build_releases_router(authenticator: Authenticator, releases: ReleaseService) -> APIRouter:
+    router = APIRouter(prefix="/admin")
+
+    async def caller(request: Request) -> Principal:
+        principal = await authenticator.authenticate(request.headers)
+        principal.require(Scope.ADMIN)
+        return principal
+
+    Caller = Annotated[Principal, Depends(caller)]
+
+    @router.post("/models/{model}/releases", status_code=201)
+    async def create(model: str, body: CreateReleaseBody, actor: Caller) -> dict[str, Any]:
+        return await releases.create(actor, model, ReleaseSpec(**body.model_dump()))
+
+    @router.get("/models/{model}/releases")
+    async def overview(model: str, actor: Caller) -> dict[str, Any]:
+        return await releases.overview(model)
+
+    @router.post("/models/{model}/promote")
+    async def promote(model: str, body: SwitchBody, actor: Caller) -> dict[str, Any]:
+        if not body.version:
+            raise InvalidRequest("name the release to promote", param="version")
+        return await releases.promote(actor, model, body.version, body.reason)
+
+    @router.post("/models/{model}/rollback")
+    async def rollback(model: str, actor: Caller, body: SwitchBody | None = None) -> dict[str, Any]:
+        """One call: back to the previous release, or to `version`."""
+        body = body or SwitchBody()
+        return await releases.rollback(actor, model, body.version, body.reason)
+
+    @router.get("/ui/releases", response_class=HTMLResponse, include_in_schema=False)
+    async def page() -> HTMLResponse:
+        return HTMLResponse(files("gateway.http.admin_ui").joinpath("releases.html").read_text())
+
+    return router

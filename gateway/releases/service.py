@@ -1,0 +1,306 @@
+"""Model releases: immutable records that pin a checkpoint, deployments, a prompt and an eval set,
+and the one active release per logical model.
+
+Promotion runs a preflight (checkpoint manifest verifies, deployments healthy, eval set passes)
+before switching. Rollback switches back to the previous release (or a named one) after checking
+the target the same way, then probes it once more. A switch is a compare-and-set on the model's
+generation in the store: concurrent switches are serialized (one wins; a loser whose target is
+already active succeeds idempotently), and every replica notices the new generation within its
+poll interval (`ReleaseWatcher`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import time
+from collections.abc import AsyncGenerator, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gateway.audit import AuditWriter
+from gateway.backends.base import Chunk
+from gateway.errors import Conflict, GatewayError, InvalidRequest, NotFound
+from gateway.pipeline import Handler, RequestContext
+from gateway.principal import Principal, Scope
+from gateway.releases.checkpoints import CheckpointRegistry, RegistryError
+from gateway.routing.health import HealthMonitor
+from gateway.routing.router import Router
+from gateway.store.base import Store
+
+log = logging.getLogger(__name__)
+
+
+class PreflightFailed(GatewayError):
+    status = 409
+    type = "invalid_request_error"
+    code = "preflight_failed"
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseSpec:
+    version: str
+    deployments: Sequence[str] = ()  # empty: every deployment of the model
+    checkpoint: str | None = None  # a version in the checkpoint registry, e.g. "llama-ft@1200"
+    system_prompt: str = ""
+    prompt_version: str = ""
+    eval_set: str | None = None  # path of an eval set (eval/ package format)
+    min_pass_rate: float = 1.0
+    notes: str = ""
+
+
+@dataclass
+class ActiveReleases:
+    """This replica's view of each model's active release (kept fresh by ReleaseWatcher)."""
+
+    records: dict[str, dict[str, Any]] = field(default_factory=dict)
+    generations: dict[str, int] = field(default_factory=dict)
+
+
+class ReleaseService:
+    def __init__(
+        self,
+        store: Store,
+        audit: AuditWriter,
+        router: Router,
+        health: HealthMonitor,
+        checkpoints: CheckpointRegistry | None,
+        active: ActiveReleases,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._store = store
+        self._audit = audit
+        self._router = router
+        self._health = health
+        self._checkpoints = checkpoints
+        self.active = active
+        self._clock = clock
+
+    # --- records ------------------------------------------------------------------------------
+    async def create(self, actor: Principal, model: str, spec: ReleaseSpec) -> dict[str, Any]:
+        actor.require(Scope.ADMIN)
+        group = self._group(model)
+        known = {d.name for d in group.deployments}
+        unknown = sorted(set(spec.deployments) - known)
+        if unknown:
+            raise InvalidRequest(f"model '{model}' has no deployments named {', '.join(unknown)}", param="deployments")
+        record: dict[str, Any] = {
+            "model": model,
+            "version": spec.version,
+            "deployments": list(spec.deployments) or sorted(known),
+            "checkpoint": self._checkpoint_pin(spec.checkpoint),
+            "prompt": {
+                "version": spec.prompt_version,
+                "system_prompt": spec.system_prompt,
+                "sha256": hashlib.sha256(spec.system_prompt.encode()).hexdigest(),
+            },
+            "eval_set": _eval_pin(spec.eval_set),
+            "thresholds": {"min_pass_rate": spec.min_pass_rate},
+            "notes": spec.notes,
+            "author": actor.key_id,
+            "created_at": self._clock(),
+        }
+        if not await self._store.release_put(record):
+            raise Conflict(f"release {model}@{spec.version} exists; releases are immutable")
+        await self._record(actor, "release.create", model, None, spec.version, "")
+        return record
+
+    def _checkpoint_pin(self, version: str | None) -> dict[str, Any] | None:
+        if version is None:
+            return None
+        if self._checkpoints is None:
+            raise InvalidRequest("releases.checkpoint_registry is not configured", param="checkpoint")
+        try:
+            entry = self._checkpoints.get(version)
+        except RegistryError as error:
+            raise InvalidRequest(str(error), param="checkpoint") from None
+        return {"version": version, "path": entry.path, "manifest_digest": entry.manifest_digest}
+
+    async def overview(self, model: str) -> dict[str, Any]:
+        self._group(model)
+        active, generation = await self._store.release_active(model)
+        return {
+            "model": model,
+            "active": active,
+            "generation": generation,
+            "releases": await self._store.release_list(model),
+            "history": await self._store.release_history(model, 50),
+        }
+
+    # --- switching ----------------------------------------------------------------------------
+    async def promote(self, actor: Principal, model: str, version: str, reason: str = "") -> dict[str, Any]:
+        actor.require(Scope.ADMIN)
+        record = await self._release(model, version)
+        await self.preflight(record, run_evals=True)
+        return await self._switch(actor, model, version, "release.promote", reason)
+
+    async def rollback(
+        self, actor: Principal, model: str, to_version: str | None = None, reason: str = ""
+    ) -> dict[str, Any]:
+        actor.require(Scope.ADMIN)
+        target = to_version or await self._previous(model)
+        record = await self._release(model, target)
+        await self.preflight(record, run_evals=False)  # the old release passed its evals already
+        result = await self._switch(actor, model, target, "release.rollback", reason)
+        await self.preflight(record, run_evals=False)  # verified after the switch too
+        return result
+
+    async def preflight(self, record: dict[str, Any], *, run_evals: bool) -> None:
+        """Raise PreflightFailed naming every problem with this release."""
+        problems = self._checkpoint_problems(record) + await self._health_problems(record)
+        if run_evals and not problems:
+            problems += await self._eval_problems(record)
+        if problems:
+            raise PreflightFailed(f"{record['model']}@{record['version']}: " + "; ".join(problems))
+
+    def _checkpoint_problems(self, record: dict[str, Any]) -> list[str]:
+        pin = record.get("checkpoint")
+        if pin is None:
+            return []
+        from gateway.releases.checkpoints import verify
+
+        report = verify(Path(pin["path"]), expected_digest=pin["manifest_digest"])
+        return [f"checkpoint {pin['version']} {problem}" for problem in report.problems]
+
+    async def _health_problems(self, record: dict[str, Any]) -> list[str]:
+        group = self._group(record["model"])
+        chosen = [d for d in group.deployments if d.name in record["deployments"]]
+        results = await asyncio.gather(*(self._health.probe(d) for d in chosen))
+        return [f"deployment {d.name} is not healthy" for d, ok in zip(chosen, results, strict=True) if not ok]
+
+    async def _eval_problems(self, record: dict[str, Any]) -> list[str]:
+        pin = record.get("eval_set")
+        if pin is None:
+            return []
+        from eval.gate import Thresholds, check_gate
+        from eval.runner import run_eval
+        from eval.sets import load_eval_set
+
+        eval_set = load_eval_set(Path(pin["path"]))
+        if eval_set.digest != pin["digest"]:
+            return [f"eval set {pin['id']} changed since the release pinned it"]
+        group = self._group(record["model"])
+        target = next(d for d in group.deployments if d.name in record["deployments"])
+        settings = target.settings
+        result = await run_eval(eval_set, settings.api_base, settings.api_key, settings.model)
+        verdict = check_gate(result, Thresholds(min_pass_rate=record["thresholds"]["min_pass_rate"]))
+        return [] if verdict.passed else [f"eval set {pin['id']}: " + "; ".join(verdict.reasons)]
+
+    async def _switch(self, actor: Principal, model: str, version: str, action: str, reason: str) -> dict[str, Any]:
+        for _ in range(5):  # a lost compare-and-set means another switch landed: look again
+            current, generation = await self._store.release_active(model)
+            if current == version:
+                return {"model": model, "active": version, "generation": generation, "changed": False}
+            entry = {
+                "action": action,
+                "from": current,
+                "to": version,
+                "by": actor.key_id,
+                "reason": reason,
+                "at": self._clock(),
+            }
+            won, new_generation = await self._store.release_activate(model, version, generation, entry)
+            if won:
+                await self.refresh(model)
+                await self._record(actor, action, model, current, version, reason)
+                return {"model": model, "active": version, "generation": new_generation, "changed": True}
+        raise Conflict(f"{model}: the active release keeps changing; try again")
+
+    async def _previous(self, model: str) -> str:
+        active, _ = await self._store.release_active(model)
+        for entry in await self._store.release_history(model, 100):
+            if entry.get("to") == active and entry.get("from"):
+                return str(entry["from"])
+        raise InvalidRequest(f"{model} has no earlier release to roll back to; name one with to_version")
+
+    async def _release(self, model: str, version: str) -> dict[str, Any]:
+        self._group(model)
+        record = await self._store.release_get(model, version)
+        if record is None:
+            raise NotFound(f"release {model}@{version} not found")
+        return record
+
+    def _group(self, model: str) -> Any:
+        group = self._router.groups.get(model)
+        if group is None:
+            raise NotFound(f"model '{model}' not found")
+        return group
+
+    async def refresh(self, model: str) -> None:
+        version, generation = await self._store.release_active(model)
+        record = await self._store.release_get(model, version) if version else None
+        if record is None:
+            self.active.records.pop(model, None)
+        else:
+            self.active.records[model] = record
+        self.active.generations[model] = generation
+
+    async def _record(
+        self, actor: Principal, action: str, model: str, before: str | None, after: str, reason: str
+    ) -> None:
+        await self._audit.submit(
+            {
+                "kind": "admin",
+                "action": action,
+                "actor": actor.key_id,
+                "tenant": None,
+                "target": f"{model}@{after}",
+                "before": {"active": before},
+                "after": {"active": after},
+                "reason": reason,
+            }
+        )
+
+
+def _eval_pin(path: str | None) -> dict[str, Any] | None:
+    if path is None:
+        return None
+    from eval.sets import EvalSetError, load_eval_set
+
+    try:
+        eval_set = load_eval_set(Path(path))
+    except EvalSetError as error:
+        raise InvalidRequest("; ".join(error.problems), param="eval_set") from None
+    return {"id": eval_set.id, "version": eval_set.version, "digest": eval_set.digest, "path": path}
+
+
+class ReleaseWatcher:
+    """Polls the store's generations so that a switch made on any replica reaches this one."""
+
+    def __init__(self, store: Store, service: ReleaseService, interval_s: float) -> None:
+        self._store = store
+        self._service = service
+        self._interval_s = interval_s
+
+    async def run(self) -> None:
+        while True:
+            with contextlib.suppress(GatewayError):  # store down: keep serving the last known release
+                generations = await self._store.release_generations()
+                for model, generation in generations.items():
+                    if self._service.active.generations.get(model) != generation:
+                        await self._service.refresh(model)
+            await asyncio.sleep(self._interval_s)
+
+
+class ApplyRelease:
+    """The pipeline stage: the active release's deployments and prompt apply to new requests;
+    a request in flight keeps the release it started with."""
+
+    def __init__(self, active: ActiveReleases) -> None:
+        self._active = active
+
+    async def __call__(self, ctx: RequestContext, call_next: Handler) -> AsyncGenerator[Chunk, None]:
+        record = self._active.records.get(ctx.model)
+        if record is not None:
+            ctx.release = record["version"]
+            ctx.deployments = frozenset(record["deployments"])
+            system_prompt = record["prompt"]["system_prompt"]
+            if system_prompt:
+                messages = [{"role": "system", "content": system_prompt}, *ctx.body["messages"]]
+                ctx.body = {**ctx.body, "messages": messages}
+        async with contextlib.aclosing(call_next(ctx)) as chunks:
+            async for chunk in chunks:
+                yield chunk

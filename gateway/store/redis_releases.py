@@ -1,0 +1,96 @@
+"""Model releases in Redis: every key under the one tag `releases` (see gateway/store/keys.py),
+every call one command, one MULTI or one script. Records and history entries are kept byte for
+byte as encoded here: no script re-encodes JSON (cjson would round floats and turn [] into {}).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from redis.asyncio import Redis
+
+from gateway.store import keys
+from gateway.store import release_record as releases
+from gateway.store.redis_common import lua, unavailable
+
+
+def _text(raw: bytes | str) -> str:
+    return raw.decode() if isinstance(raw, bytes) else raw
+
+
+class RedisReleases:
+    def __init__(self, redis: Redis, prefix: str) -> None:
+        self._redis = redis
+        self._prefix = prefix
+        self._keys = keys.release_keys(prefix)
+        self._put = redis.register_script(lua("release_put"))
+        self._list = redis.register_script(lua("release_list"))
+        self._activate = redis.register_script(lua("release_activate"))
+
+    async def put(self, record: dict[str, Any]) -> bool:
+        new = releases.check_put(record)
+        names = [self._keys.records, keys.release_versions(self._prefix, new.model)]
+        args: list[str | bytes] = [
+            keys.release_member(new.model, new.version),
+            new.blob,
+            new.version,
+            repr(new.created_at),
+        ]
+        with unavailable("release_put"):
+            return bool(await self._put(keys=names, args=args))
+
+    async def get(self, model: str, version: str) -> dict[str, Any] | None:
+        with unavailable("release_get"):
+            raw = await self._redis.hget(self._keys.records, keys.release_member(model, version))
+        return None if raw is None else orjson.loads(raw)
+
+    async def list_releases(self, model: str) -> list[dict[str, Any]]:
+        names = [self._keys.records, keys.release_versions(self._prefix, model)]
+        # The member of (model, version) is the model's part, a colon, then the encoded version.
+        member_prefix = keys.release_member(model, "")
+        with unavailable("release_list"):
+            raw = await self._list(keys=names, args=[member_prefix])
+        return [orjson.loads(record) for record in raw]
+
+    async def active(self, model: str) -> tuple[str | None, int]:
+        with unavailable("release_active"):
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.hget(self._keys.active, model)
+                pipe.hget(self._keys.generations, model)
+                version, generation = await pipe.execute()
+        return (None if version is None else _text(version)), int(generation or 0)
+
+    async def activate(
+        self, model: str, version: str, expected_generation: int, entry: dict[str, Any]
+    ) -> tuple[bool, int]:
+        blob = releases.check_activation(model, version, expected_generation, entry)
+        names = [
+            self._keys.records,
+            self._keys.active,
+            self._keys.generations,
+            keys.release_history(self._prefix, model),
+        ]
+        args: list[str | int | bytes] = [
+            model,
+            keys.release_member(model, version),
+            version,
+            expected_generation,
+            blob,
+            releases.HISTORY_CAP,
+        ]
+        with unavailable("release_activate"):
+            won, generation = await self._activate(keys=names, args=args)
+        return bool(won), int(generation)
+
+    async def history(self, model: str, limit: int) -> list[dict[str, Any]]:
+        if limit <= 0:
+            return []
+        with unavailable("release_history"):
+            raw = await self._redis.lrange(keys.release_history(self._prefix, model), 0, limit - 1)
+        return [orjson.loads(entry) for entry in raw]
+
+    async def generations(self) -> dict[str, int]:
+        with unavailable("release_generations"):
+            raw = await self._redis.hgetall(self._keys.generations)
+        return {_text(model): int(generation) for model, generation in raw.items()}

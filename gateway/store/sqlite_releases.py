@@ -1,0 +1,100 @@
+"""Model releases in the embedded store's SQLite file (see gateway/store/base.py for the contract).
+
+One row per release (immutable: a second put of a version is ignored), one row per model with
+an active pointer (its active version and generation), and the activation history keyed by
+(model, generation), capped at release_record.HISTORY_CAP entries per model.
+
+Every function here is one statement or one transaction.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+import orjson
+
+from gateway.store.release_record import HISTORY_CAP, NewRelease
+from gateway.store.sqlite_tx import transaction
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS releases (
+    model TEXT NOT NULL,
+    version TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    record BLOB NOT NULL,        -- JSON, as put
+    PRIMARY KEY (model, version)
+);
+CREATE INDEX IF NOT EXISTS releases_order ON releases (model, created_at, version);
+CREATE TABLE IF NOT EXISTS release_active (
+    model TEXT PRIMARY KEY,
+    version TEXT NOT NULL,
+    generation INTEGER NOT NULL  -- 1 after the first activation, +1 at each
+);
+CREATE TABLE IF NOT EXISTS release_history (
+    model TEXT NOT NULL,
+    generation INTEGER NOT NULL,
+    entry BLOB NOT NULL,         -- JSON, as given plus its generation
+    PRIMARY KEY (model, generation)
+);
+"""
+
+_GENERATION = "SELECT version, generation FROM release_active WHERE model = ?"
+
+_ACTIVATE = """
+INSERT INTO release_active (model, version, generation) VALUES (:model, :version, :generation)
+ON CONFLICT (model) DO UPDATE SET version = excluded.version, generation = excluded.generation
+"""
+
+
+def put(db: sqlite3.Connection, new: NewRelease) -> bool:
+    cursor = db.execute(
+        "INSERT OR IGNORE INTO releases (model, version, created_at, record) VALUES (?, ?, ?, ?)",
+        (new.model, new.version, new.created_at, new.blob),
+    )
+    return cursor.rowcount == 1
+
+
+def get(db: sqlite3.Connection, model: str, version: str) -> dict[str, Any] | None:
+    row = db.execute("SELECT record FROM releases WHERE model = ? AND version = ?", (model, version)).fetchone()
+    return None if row is None else orjson.loads(row[0])
+
+
+def list_releases(db: sqlite3.Connection, model: str) -> list[dict[str, Any]]:
+    rows = db.execute("SELECT record FROM releases WHERE model = ? ORDER BY created_at, version", (model,))
+    return [orjson.loads(row[0]) for row in rows.fetchall()]
+
+
+def active(db: sqlite3.Connection, model: str) -> tuple[str | None, int]:
+    row = db.execute(_GENERATION, (model,)).fetchone()
+    return (None, 0) if row is None else (str(row[0]), int(row[1]))
+
+
+def activate(db: sqlite3.Connection, model: str, version: str, expected: int, entry: bytes) -> tuple[bool, int]:
+    # IMMEDIATE takes the write lock before the generation is read: of two processes activating
+    # with the same expected generation, the second sees the first's and is refused.
+    with transaction(db, "BEGIN IMMEDIATE"):
+        _, generation = active(db, model)
+        if generation != expected:
+            return False, generation
+        exists = db.execute("SELECT 1 FROM releases WHERE model = ? AND version = ?", (model, version)).fetchone()
+        if exists is None:
+            return False, generation
+        generation += 1
+        db.execute(_ACTIVATE, {"model": model, "version": version, "generation": generation})
+        db.execute(
+            "INSERT INTO release_history (model, generation, entry) VALUES (?, ?, ?)", (model, generation, entry)
+        )
+        db.execute("DELETE FROM release_history WHERE model = ? AND generation <= ?", (model, generation - HISTORY_CAP))
+    return True, generation
+
+
+def history(db: sqlite3.Connection, model: str, limit: int) -> list[dict[str, Any]]:
+    rows = db.execute(
+        "SELECT entry FROM release_history WHERE model = ? ORDER BY generation DESC LIMIT ?", (model, limit)
+    )
+    return [orjson.loads(row[0]) for row in rows.fetchall()]
+
+
+def generations(db: sqlite3.Connection) -> dict[str, int]:
+    return {str(model): int(gen) for model, gen in db.execute("SELECT model, generation FROM release_active")}

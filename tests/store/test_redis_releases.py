@@ -1,0 +1,42 @@
+"""Redis releases beyond the shared contract: key layout as an operator sees it."""
+
+from __future__ import annotations
+
+from dataclasses import astuple
+
+import orjson
+import redis.asyncio as aioredis
+from redis.crc import key_slot
+
+from gateway.store import keys
+from gateway.store.redis_store import RedisStore
+from tests.store.test_redis_store import client, prefix, store
+
+__all__ = ["client", "prefix", "store"]  # the fixtures, shared with test_redis_store
+
+
+async def test_every_release_key_shares_one_slot_and_names_are_encoded(prefix: str) -> None:
+    model = "ac:me}{"
+    names = [*astuple(keys.release_keys(prefix)), keys.release_versions(prefix, model)]
+    names.append(keys.release_history(prefix, model))
+    assert len({key_slot(name.encode()) for name in names}) == 1
+    assert keys.release_member("a:b", "c") == "a%3Ab:c"
+    assert keys.release_member("a", "b:c") == "a:b%3Ac"
+
+
+async def test_releases_are_stored_as_the_operator_expects(
+    store: RedisStore, prefix: str, client: aioredis.Redis
+) -> None:
+    record = {"model": "m/1", "version": "v 1é", "created_at": 1000.25, "thresholds": {"a": 0.1 + 0.2}, "x": []}
+    assert await store.release_put(record)
+    names = keys.release_keys(prefix)
+    assert await client.hget(names.records, keys.release_member("m/1", "v 1é")) == orjson.dumps(record)
+    assert await client.zrange(keys.release_versions(prefix, "m/1"), 0, -1, withscores=True) == [
+        ("v 1é".encode(), 1000.25)
+    ]
+    assert await store.release_list("m/1") == [record]
+    assert await store.release_activate("m/1", "v 1é", 0, {"who": "alice"}) == (True, 1)
+    assert await client.hget(names.active, "m/1") == "v 1é".encode()
+    assert await client.hget(names.generations, "m/1") == b"1"
+    history = await client.lrange(keys.release_history(prefix, "m/1"), 0, -1)
+    assert history == [orjson.dumps({"who": "alice", "generation": 1})]

@@ -1,0 +1,209 @@
+"""The model-release part of the Store contract, run against both implementations (see
+conftest.backing)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from gateway.store import release_record, sqlite_releases
+from gateway.store.base import Store
+from tests.store.conftest import Backing
+
+
+def release(version: str, model: str = "m1", created_at: float = 1000.0, **changes: Any) -> dict[str, Any]:
+    """A release as the gateway builds one, with fields of every JSON kind that must round-trip."""
+    return {
+        "model": model,
+        "version": version,
+        "created_at": created_at,
+        "checkpoint": "s3://ckpt/abc",
+        "deployments": [{"backend": "vllm", "weight": 0.5}, {"backend": "openai", "weight": 0.5}],
+        "prompt": "You are é/日本",
+        "eval_set": None,
+        "thresholds": {"accuracy": 0.1 + 0.2, "big": 2**53 + 1, "empty": {}, "list": []},
+        "notes": "",
+        "author": "alice",
+        **changes,
+    }
+
+
+def entry(who: str = "alice", to: str = "v1", frm: str | None = None) -> dict[str, Any]:
+    return {"who": who, "why": "rollout", "from": frm, "to": to, "at": 1234.5}
+
+
+# --- put, get, list -----------------------------------------------------------------------
+
+
+async def test_a_put_release_reads_back_field_for_field(store: Store) -> None:
+    record = release("v1")
+    assert await store.release_put(record) is True
+    assert await store.release_get("m1", "v1") == record
+    assert await store.release_get("m1", "v2") is None
+    assert await store.release_get("m2", "v1") is None
+
+
+async def test_releases_are_immutable(store: Store) -> None:
+    record = release("v1")
+    assert await store.release_put(record)
+    assert await store.release_put({**record, "checkpoint": "other", "created_at": 1.0}) is False
+    assert await store.release_get("m1", "v1") == record
+    assert await store.release_list("m1") == [record]
+
+
+async def test_releases_list_oldest_first_then_by_version(store: Store) -> None:
+    late = release("v0", created_at=3000.0)
+    b = release("b", created_at=2000.0)
+    a = release("a", created_at=2000.0)
+    first = release("z", created_at=1000.5)
+    odd = release("v 1/é:}{%", created_at=2500.0)
+    for record in (late, b, odd, a, first, release("v1", model="m2")):
+        assert await store.release_put(record)
+    assert await store.release_list("m1") == [first, a, b, odd, late]
+    assert await store.release_list("m3") == []
+
+
+async def test_models_and_versions_cannot_run_into_each_other(store: Store) -> None:
+    one, two = release("c", model="a:b"), release("b:c", model="a")
+    for record in (one, two):
+        assert await store.release_put(record)
+    assert await store.release_get("a:b", "c") == one
+    assert await store.release_get("a", "b:c") == two
+    assert await store.release_list("a") == [two]
+    assert await store.release_list("a:b") == [one]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"version": "v1", "created_at": 1.0},
+        {"model": "", "version": "v1", "created_at": 1.0},
+        {"model": "m1", "version": 3, "created_at": 1.0},
+        {"model": "m1", "version": "v1"},
+        {"model": "m1", "version": "v1", "created_at": True},
+        {"model": "m1", "version": "v1", "created_at": float("nan")},
+        {"model": "m1", "version": "v1", "created_at": 1.0, "x": object()},
+    ],
+)
+async def test_a_bad_release_is_refused_before_anything_is_written(store: Store, bad: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match=r"release|generation"):
+        await store.release_put(bad)
+    assert await store.release_list("m1") == []
+
+
+# --- activation ---------------------------------------------------------------------------
+
+
+async def test_nothing_is_active_before_the_first_activation(store: Store) -> None:
+    assert await store.release_active("m1") == (None, 0)
+    assert await store.release_history("m1", 10) == []
+    assert await store.release_generations() == {}
+
+
+async def test_activation_with_the_current_generation_wins_and_bumps_it(store: Store) -> None:
+    for version in ("v1", "v2"):
+        await store.release_put(release(version))
+    assert await store.release_activate("m1", "v1", 0, entry(to="v1")) == (True, 1)
+    assert await store.release_active("m1") == ("v1", 1)
+    assert await store.release_activate("m1", "v2", 1, entry(to="v2", frm="v1")) == (True, 2)
+    assert await store.release_active("m1") == ("v2", 2)
+    # Back to an earlier release: still a new generation.
+    assert await store.release_activate("m1", "v1", 2, entry(to="v1", frm="v2")) == (True, 3)
+    assert await store.release_active("m1") == ("v1", 3)
+
+
+async def test_activation_with_a_stale_generation_changes_nothing(store: Store) -> None:
+    for version in ("v1", "v2"):
+        await store.release_put(release(version))
+    assert await store.release_activate("m1", "v1", 0, entry()) == (True, 1)
+    assert await store.release_activate("m1", "v2", 0, entry(to="v2")) == (False, 1)
+    assert await store.release_activate("m1", "v2", 5, entry(to="v2")) == (False, 1)
+    assert await store.release_active("m1") == ("v1", 1)
+    assert len(await store.release_history("m1", 10)) == 1
+
+
+async def test_activating_an_unknown_release_changes_nothing(store: Store) -> None:
+    await store.release_put(release("v1"))
+    await store.release_put(release("v9", model="m2"))
+    assert await store.release_activate("m1", "v9", 0, entry(to="v9")) == (False, 0)
+    assert await store.release_active("m1") == (None, 0)
+    assert await store.release_activate("m1", "v1", 0, entry()) == (True, 1)
+    assert await store.release_activate("m1", "nope", 1, entry(to="nope")) == (False, 1)
+    assert await store.release_active("m1") == ("v1", 1)
+    assert await store.release_history("m1", 10) == [{**entry(), "generation": 1}]
+    assert await store.release_generations() == {"m1": 1}
+
+
+async def test_of_concurrent_activations_exactly_one_wins(store: Store) -> None:
+    versions = [f"v{i}" for i in range(20)]
+    for version in versions:
+        await store.release_put(release(version))
+    calls = [store.release_activate("m1", v, 0, entry(who=f"u{i}", to=v)) for i, v in enumerate(versions)]
+    results = await asyncio.gather(*calls)
+    assert sorted(results) == [(False, 1)] * 19 + [(True, 1)]
+    winner = versions[results.index((True, 1))]
+    assert await store.release_active("m1") == (winner, 1)
+    assert await store.release_history("m1", 100) == [
+        {**entry(who=f"u{versions.index(winner)}", to=winner), "generation": 1}
+    ]
+
+
+async def test_of_activations_from_two_clients_exactly_one_wins(backing: Backing, store: Store) -> None:
+    other = backing.open()  # another replica (Redis) or another process's connection (SQLite file)
+    versions = [f"v{i}" for i in range(20)]
+    for version in versions:
+        await store.release_put(release(version))
+    await store.release_activate("m1", "v0", 0, entry(to="v0"))
+    calls = [(store, other)[i % 2].release_activate("m1", v, 1, entry(to=v)) for i, v in enumerate(versions)]
+    results = await asyncio.gather(*calls)
+    assert sorted(results) == [(False, 2)] * 19 + [(True, 2)]
+    winner = versions[results.index((True, 2))]
+    assert await other.release_active("m1") == (winner, 2)
+    assert await store.release_active("m1") == (winner, 2)
+
+
+async def test_history_is_newest_first_with_generations(store: Store) -> None:
+    for version in ("v1", "v2", "v3"):
+        await store.release_put(release(version))
+    steps = [("v1", None), ("v2", "v1"), ("v3", "v2"), ("v1", "v3")]
+    for generation, (to, frm) in enumerate(steps):
+        assert await store.release_activate("m1", to, generation, entry(to=to, frm=frm)) == (True, generation + 1)
+    expected = [{**entry(to=to, frm=frm), "generation": g + 1} for g, (to, frm) in enumerate(steps)][::-1]
+    assert await store.release_history("m1", 10) == expected
+    assert await store.release_history("m1", 2) == expected[:2]
+    assert await store.release_history("m1", 0) == []
+    assert await store.release_history("m2", 10) == []
+
+
+async def test_generations_cover_every_activated_model(store: Store) -> None:
+    for model in ("m1", "m:2", "m3"):
+        await store.release_put(release("v1", model=model))
+        await store.release_put(release("v2", model=model))
+    await store.release_activate("m1", "v1", 0, entry())
+    await store.release_activate("m1", "v2", 1, entry(to="v2"))
+    await store.release_activate("m:2", "v1", 0, entry())
+    assert await store.release_generations() == {"m1": 2, "m:2": 1}
+    assert await store.release_active("m3") == (None, 0)
+
+
+@pytest.mark.parametrize("expected", [-1, True, 1.0])
+async def test_a_bad_activation_is_refused_before_anything_is_written(store: Store, expected: Any) -> None:
+    await store.release_put(release("v1"))
+    with pytest.raises(ValueError, match=r"release|generation"):
+        await store.release_activate("m1", "v1", expected, entry())
+    with pytest.raises(ValueError, match=r"release|generation"):
+        await store.release_activate("m1", "v1", 0, {"bad": object()})
+    assert await store.release_active("m1") == (None, 0)
+
+
+async def test_history_keeps_only_the_newest_entries(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(release_record, "HISTORY_CAP", 3)
+    monkeypatch.setattr(sqlite_releases, "HISTORY_CAP", 3)
+    for version in ("v1", "v2"):
+        await store.release_put(release(version))
+    for generation in range(5):
+        to = ("v1", "v2")[generation % 2]
+        assert await store.release_activate("m1", to, generation, entry(to=to)) == (True, generation + 1)
+    assert [e["generation"] for e in await store.release_history("m1", 10)] == [5, 4, 3]
