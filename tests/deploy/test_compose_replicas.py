@@ -200,3 +200,25 @@ def test_replicas_export_traces_to_the_collector_address(stack: Stack) -> None:
             break
         time.sleep(0.1)
     assert stack.collector.trace_service_names() == {"agent-gateway"}
+
+
+def test_a_release_switched_on_one_replica_is_served_by_the_other(stack: Stack) -> None:
+    admin = {"headers": stack.first.headers(stack.first.admin_key), "timeout": 30}
+    base = f"{stack.first.url}/admin/models/sim-model"
+    for version, deployment in (("r1", "sim-a"), ("r2", "sim-b")):
+        body = {"version": version, "deployments": [deployment], "system_prompt": f"release {version}"}
+        assert httpx.post(f"{base}/releases", json=body, **admin).status_code == 201
+        assert httpx.post(f"{base}/promote", json={"version": version}, **admin).status_code == 200
+    assert httpx.post(f"{base}/rollback", json={"reason": "test"}, **admin).json()["active"] == "r1"
+    second = f"{stack.second.url}/admin/models/sim-model/releases"
+    deadline = time.monotonic() + 2
+    while True:  # the switch reaches the other replica within its watch interval
+        audit = httpx.get(
+            f"{stack.second.url}/admin/audit", params={"kind": "request", "limit": 1000}, headers=admin["headers"]
+        )
+        chat(stack.second, stack.first.key).raise_for_status()
+        served = [r["release"] for r in audit.json()["data"]]
+        if served and served[-1] == "r1":
+            break
+        assert time.monotonic() < deadline, served[-5:]
+    assert httpx.get(second, headers=admin["headers"], timeout=10).json()["active"] == "r1"
