@@ -77,6 +77,26 @@ class Timeouts(Frozen):
     stall_s: Seconds = 15.0
 
 
+class LoadHookKind(StrEnum):
+    LORA = "lora"  # vLLM: POST {api_base}/load_lora_adapter with the release's checkpoint path
+    COMMAND = "command"  # run a command (start a server, scale a pod) and wait for health
+
+
+class LoadHook(Frozen):
+    """How to bring a deployment back when a rollback needs it and it is down."""
+
+    kind: LoadHookKind
+    command: list[str] = Field(default_factory=list, description="for kind command")
+    lora_name: str = Field(default="", description="for kind lora; default: the deployment's model")
+    timeout_s: Seconds = 120.0
+
+    @model_validator(mode="after")
+    def _command_given(self) -> LoadHook:
+        if self.kind is LoadHookKind.COMMAND and not self.command:
+            raise ValueError("a command load hook needs `command`")
+        return self
+
+
 class DeploymentSettings(Frozen):
     name: str = Field(min_length=1)
     kind: BackendKind = BackendKind.OPENAI
@@ -89,6 +109,7 @@ class DeploymentSettings(Frozen):
     timeouts: Timeouts = Timeouts()
     continuation: Continuation = Continuation.NONE
     health_path: str = Field(default="/models", description="relative to api_base, or a full URL")
+    load_hook: LoadHook | None = None
 
 
 class ModelSettings(Frozen):

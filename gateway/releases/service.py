@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import logging
 import time
@@ -27,6 +28,7 @@ from gateway.errors import Conflict, GatewayError, InvalidRequest, NotFound
 from gateway.pipeline import Handler, RequestContext
 from gateway.principal import Principal, Scope
 from gateway.releases.checkpoints import CheckpointRegistry, RegistryError
+from gateway.releases.load_hooks import bring_up as bring_up_deployment
 from gateway.routing.health import HealthMonitor
 from gateway.routing.router import Router
 from gateway.store.base import Store
@@ -78,6 +80,7 @@ class ReleaseService:
         self._checkpoints = checkpoints
         self.active = active
         self._clock = clock
+        self.hook_processes: list[asyncio.subprocess.Process] = []  # started by command load hooks
 
     # --- records ------------------------------------------------------------------------------
     async def create(self, actor: Principal, model: str, spec: ReleaseSpec) -> dict[str, Any]:
@@ -143,14 +146,15 @@ class ReleaseService:
         actor.require(Scope.ADMIN)
         target = to_version or await self._previous(model)
         record = await self._release(model, target)
-        await self.preflight(record, run_evals=False)  # the old release passed its evals already
+        # The old release passed its evals already; its deployments may need bringing back.
+        await self.preflight(record, run_evals=False, bring_up=True)
         result = await self._switch(actor, model, target, "release.rollback", reason)
         await self.preflight(record, run_evals=False)  # verified after the switch too
         return result
 
-    async def preflight(self, record: dict[str, Any], *, run_evals: bool) -> None:
+    async def preflight(self, record: dict[str, Any], *, run_evals: bool, bring_up: bool = False) -> None:
         """Raise PreflightFailed naming every problem with this release."""
-        problems = self._checkpoint_problems(record) + await self._health_problems(record)
+        problems = self._checkpoint_problems(record) + await self._health_problems(record, bring_up)
         if run_evals and not problems:
             problems += await self._eval_problems(record)
         if problems:
@@ -165,11 +169,29 @@ class ReleaseService:
         report = verify(Path(pin["path"]), expected_digest=pin["manifest_digest"])
         return [f"checkpoint {pin['version']} {problem}" for problem in report.problems]
 
-    async def _health_problems(self, record: dict[str, Any]) -> list[str]:
+    async def _health_problems(self, record: dict[str, Any], bring_up: bool) -> list[str]:
         group = self._group(record["model"])
         chosen = [d for d in group.deployments if d.name in record["deployments"]]
         results = await asyncio.gather(*(self._health.probe(d) for d in chosen))
-        return [f"deployment {d.name} is not healthy" for d, ok in zip(chosen, results, strict=True) if not ok]
+        problems = []
+        for deployment, ok in zip(chosen, results, strict=True):
+            hook = deployment.settings.load_hook
+            if ok:
+                continue
+            if not (bring_up and hook):
+                problems.append(f"deployment {deployment.name} is not healthy")
+                continue
+            checkpoint = (record.get("checkpoint") or {}).get("path")
+            problem = await bring_up_deployment(
+                deployment.settings,
+                hook,
+                checkpoint,
+                functools.partial(self._health.probe, deployment),
+                self.hook_processes,
+            )
+            if problem:
+                problems.append(problem)
+        return problems
 
     async def _eval_problems(self, record: dict[str, Any]) -> list[str]:
         pin = record.get("eval_set")

@@ -238,3 +238,55 @@ def test_roll_back_button_on_the_releases_page(setup: dict[str, Any], tmp_path: 
     finally:
         driver.quit()
     assert wait_for_answer(two, setup["texts"]["v1"], within_s=1.0) < 1.0
+
+
+def test_rollback_runs_the_load_hook_of_a_stopped_deployment(sim_pair: list[Announced], tmp_path: Path) -> None:
+    import os
+    import signal
+    import socket
+    import sys
+
+    from tests.procs import start_sim
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    pidfile = tmp_path / "hook.pid"
+    start = (
+        f"echo $$ > {pidfile}; exec {sys.executable} -m gateway.sim --port {port} --ttft-ms 5 --tpot-ms 1 --jitter 0"
+    )
+    old = start_sim(port=port)
+    old_deployment = {
+        **deployment("old", old),
+        "load_hook": {"kind": "command", "command": ["sh", "-c", start], "timeout_s": 30},
+    }
+    prefix = f"agw-test-{uuid.uuid4().hex[:12]}"
+    config = gateway_config(
+        old_deployment, deployment("new", sim_pair[1], priority=1), store=redis_store_config(prefix)
+    )
+    try:
+        with running_gateway(tmp_path, config) as gateway:
+            for version, name in (("v1", "old"), ("v2", "new")):
+                body = {"version": version, "deployments": [name]}
+                url = f"{gateway.url}/admin/models/{MODEL}/releases"
+                assert (
+                    httpx.post(url, json=body, headers=gateway.headers(gateway.admin_key), timeout=10).status_code
+                    == 201
+                )
+                admin(gateway, "promote", {"version": version}).raise_for_status()
+            old.stop()  # the old deployment is gone; a rollback must bring it back first
+            rolled = admin(gateway, "rollback", {"reason": "bring v1 back"})
+            assert rolled.status_code == 200, rolled.text
+            assert rolled.json()["active"] == "v1"
+            body = {"model": MODEL, "messages": QUESTION, "max_tokens": 3}
+            assert (
+                httpx.post(
+                    f"{gateway.url}/v1/chat/completions", json=body, headers=gateway.headers(), timeout=10
+                ).status_code
+                == 200
+            )
+    finally:
+        if pidfile.exists():
+            os.kill(int(pidfile.read_text()), signal.SIGKILL)
+        old.stop()
+        delete_redis_prefix(prefix)
