@@ -58,6 +58,11 @@ def releases_group() -> None:
 @click.option("--prompt-version", default="")
 @click.option("--eval-set", default=None, type=click.Path(dir_okay=False))
 @click.option("--min-pass-rate", type=click.FloatRange(0, 1), default=1.0)
+@click.option("--smoke-samples", default=None, type=click.Path(dir_okay=False), help="replay smoke run samples")
+@click.option("--smoke-count", type=click.IntRange(1, 1000), default=10)
+@click.option("--smoke-slo-ttft-ms", type=float, default=None)
+@click.option("--smoke-slo-tpot-ms", type=float, default=None)
+@click.option("--smoke-min-goodput", type=click.FloatRange(0, 1), default=1.0)
 @click.option("--notes", default="")
 def create_command(config_path: Path, model: str, **fields: Any) -> None:
     """Record an immutable release."""

@@ -24,6 +24,11 @@ class CreateReleaseBody(BaseModel):
     prompt_version: str = ""
     eval_set: str | None = None
     min_pass_rate: float = Field(default=1.0, ge=0, le=1)
+    smoke_samples: str | None = None
+    smoke_count: int = Field(default=10, ge=1, le=1000)
+    smoke_slo_ttft_ms: float | None = Field(default=None, gt=0)
+    smoke_slo_tpot_ms: float | None = Field(default=None, gt=0)
+    smoke_min_goodput: float = Field(default=1.0, ge=0, le=1)
     notes: str = Field(default="", max_length=10_000)
 
 

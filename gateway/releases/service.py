@@ -29,6 +29,7 @@ from gateway.pipeline import Handler, RequestContext
 from gateway.principal import Principal, Scope
 from gateway.releases.checkpoints import CheckpointRegistry, RegistryError
 from gateway.releases.load_hooks import bring_up as bring_up_deployment
+from gateway.releases.smoke import run_smoke
 from gateway.routing.health import HealthMonitor
 from gateway.routing.router import Router
 from gateway.store.base import Store
@@ -51,6 +52,11 @@ class ReleaseSpec:
     prompt_version: str = ""
     eval_set: str | None = None  # path of an eval set (eval/ package format)
     min_pass_rate: float = 1.0
+    smoke_samples: str | None = None  # request samples for a replay smoke run (replay/ formats)
+    smoke_count: int = 10
+    smoke_slo_ttft_ms: float | None = None
+    smoke_slo_tpot_ms: float | None = None
+    smoke_min_goodput: float = 1.0
     notes: str = ""
 
 
@@ -102,6 +108,7 @@ class ReleaseService:
             },
             "eval_set": _eval_pin(spec.eval_set),
             "thresholds": {"min_pass_rate": spec.min_pass_rate},
+            "smoke": _smoke_pin(spec),
             "notes": spec.notes,
             "author": actor.key_id,
             "created_at": self._clock(),
@@ -157,6 +164,8 @@ class ReleaseService:
         problems = self._checkpoint_problems(record) + await self._health_problems(record, bring_up)
         if run_evals and not problems:
             problems += await self._eval_problems(record)
+        if not problems:
+            problems += await self._smoke_problems(record)
         if problems:
             raise PreflightFailed(f"{record['model']}@{record['version']}: " + "; ".join(problems))
 
@@ -210,6 +219,15 @@ class ReleaseService:
         result = await run_eval(eval_set, settings.api_base, settings.api_key, settings.model)
         verdict = check_gate(result, Thresholds(min_pass_rate=record["thresholds"]["min_pass_rate"]))
         return [] if verdict.passed else [f"eval set {pin['id']}: " + "; ".join(verdict.reasons)]
+
+    async def _smoke_problems(self, record: dict[str, Any]) -> list[str]:
+        smoke = record.get("smoke")
+        if not smoke:
+            return []
+        group = self._group(record["model"])
+        target = next(d for d in group.deployments if d.name in record["deployments"]).settings
+        problem = await run_smoke(smoke, target.api_base, target.api_key, target.model)
+        return [f"replay smoke run: {problem}"] if problem else []
 
     async def _switch(self, actor: Principal, model: str, version: str, action: str, reason: str) -> dict[str, Any]:
         for _ in range(5):  # a lost compare-and-set means another switch landed: look again
@@ -275,6 +293,20 @@ class ReleaseService:
                 "reason": reason,
             }
         )
+
+
+def _smoke_pin(spec: ReleaseSpec) -> dict[str, Any] | None:
+    if spec.smoke_samples is None:
+        return None
+    if not Path(spec.smoke_samples).is_file():
+        raise InvalidRequest(f"smoke samples {spec.smoke_samples} not found", param="smoke_samples")
+    return {
+        "samples": spec.smoke_samples,
+        "count": spec.smoke_count,
+        "slo_ttft_ms": spec.smoke_slo_ttft_ms,
+        "slo_tpot_ms": spec.smoke_slo_tpot_ms,
+        "min_goodput": spec.smoke_min_goodput,
+    }
 
 
 def _eval_pin(path: str | None) -> dict[str, Any] | None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 from click.testing import CliRunner
 
@@ -290,3 +291,21 @@ def test_rollback_runs_the_load_hook_of_a_stopped_deployment(sim_pair: list[Anno
             os.kill(int(pidfile.read_text()), signal.SIGKILL)
         old.stop()
         delete_redis_prefix(prefix)
+
+
+def test_promotion_runs_a_replay_smoke_run_against_the_release(setup: dict[str, Any], tmp_path: Path) -> None:
+    one, _ = setup["replicas"]
+    samples = tmp_path / "smoke.jsonl"
+    lines = [orjson.dumps({"messages": [{"role": "user", "content": f"smoke {i}"}]}) for i in range(4)]
+    samples.write_bytes(b"\n".join(lines))
+    base = f"{one.url}/admin/models/{MODEL}"
+    headers = one.headers(one.admin_key)
+    meets = {"version": "v3", "deployments": ["new"], "smoke_samples": str(samples), "smoke_count": 4,
+             "smoke_slo_ttft_ms": 2000}  # fmt: skip
+    misses = {**meets, "version": "v4", "smoke_slo_ttft_ms": 0.001}
+    for body in (meets, misses):
+        assert httpx.post(f"{base}/releases", json=body, headers=headers, timeout=10).status_code == 201
+    assert admin(one, "promote", {"version": "v3"}).status_code == 200
+    refused = admin(one, "promote", {"version": "v4"})
+    assert refused.status_code == 409
+    assert "replay smoke run" in refused.json()["error"]["message"]
