@@ -111,6 +111,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
     releases = ReleaseService(store, audit, router, health, checkpoint_registry, active_releases)
     release_watcher = ReleaseWatcher(store, releases, settings.releases.watch_interval_s)
 
+    tool_policy = ToolPolicy(policies, approvals, audit, settings.tools.wait_poll_s)
     stages: list[Stage] = [
         TraceRequests(telemetry, model_names),  # outermost: refusals are traced and counted too
         audit_requests,  # refusals are recorded too
@@ -120,14 +121,16 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
         AppendHistory(store),
         ResolveModel(model_names),
         ApplyRelease(active_releases),
-        ToolPolicy(policies, approvals, audit, settings.tools.wait_poll_s),
+        tool_policy,
         quota,
         Meter(),
     ]
     pipeline = compose(stages, Call(router))
-    # Taking over a dead replica's session: the caller was authenticated and admitted already.
+    # Taking over a dead replica's session: the caller is authenticated by the resume request; the
+    # regenerated answer still passes the tool policy and is metered like any other.
     takeover = compose(
-        [TraceRequests(telemetry, model_names, "session takeover"), audit_requests, Meter()], Call(router)
+        [TraceRequests(telemetry, model_names, "session takeover"), audit_requests, tool_policy, quota, Meter()],
+        Call(router),
     )
     replica_id = f"replica-{uuid.uuid4().hex[:12]}"
     sessions = SessionManager(store, settings.sessions, replica_id, takeover) if settings.sessions.enabled else None

@@ -66,6 +66,7 @@ class LiveSession:
     readers: int = 0
     producer: asyncio.Task[None] | None = None
     renewed_at: float = field(default_factory=time.monotonic)
+    fresh: bool = True  # a new response: its first checkpoint replaces the previous response's events
 
 
 class SessionManager:
@@ -85,14 +86,14 @@ class SessionManager:
     async def start(self, ctx: RequestContext, chunks: AsyncGenerator[Chunk, None]) -> LiveSession:
         """Run `chunks` in a producer task that records every event; return once the first event
         exists. An error before it is raised here, so that it becomes an HTTP error status."""
-        live = LiveSession("", ctx.session_id or "", SessionLog(), {})
+        # The caller pulled the first chunk already, so authentication has run: the state is
+        # complete before the producer starts (a fast stream may finish before `started()` returns).
+        assert ctx.principal is not None
+        live = LiveSession(ctx.principal.tenant, ctx.session_id or "", SessionLog(), _state_of(ctx, self._replica_id))
         live.producer = asyncio.get_running_loop().create_task(self._produce(ctx, chunks, live))
         await live.log.started()
         if live.log.failure is not None:
             raise live.log.failure
-        assert ctx.principal is not None  # output exists, so authentication passed
-        live.tenant, live.session_id = ctx.principal.tenant, ctx.session_id or ""
-        live.state = _state_of(ctx, self._replica_id)
         self._live[(live.tenant, live.session_id)] = live
         self._wakeup.set()
         return live
@@ -122,8 +123,20 @@ class SessionManager:
             self._append(
                 live, dumps(renderer.render_error(f"internal error: {error!r}", "api_error", "internal_error"))
             )
+        except asyncio.CancelledError:
+            # `on_client_disconnect: cancel`, or the session was deleted: readers must still see an end.
+            self._finish(live, dumps(renderer.render_error("generation cancelled", "api_error", "cancelled")))
+            raise
         live.state["transcript"] = [*ctx.body.get("messages", []), answer.message(ctx.resume)]
-        self._append(live, sse.DONE_PAYLOAD)
+        self._finish(live, None)
+
+    def _finish(self, live: LiveSession, error_event: bytes | None) -> None:
+        if live.log.closed:
+            return
+        if error_event is not None and live.log.events:
+            self._append(live, error_event)
+        if live.log.events:
+            self._append(live, sse.DONE_PAYLOAD)
         live.log.close()
         self._wakeup.set()
 
@@ -172,6 +185,10 @@ class SessionManager:
         state = await self._store.session_load(principal.tenant, session_id)
         if state is None or "body" not in state:
             raise NotFound(f"session '{session_id}' not found")
+        if state.get("status") != "streaming" and not await self._store.session_events(
+            principal.tenant, session_id, 0, 1
+        ):
+            raise NotFound(f"session '{session_id}' has no streamed response to resume")
         return self._from_store(principal, session_id, state, after_seq)
 
     async def _from_store(
@@ -187,6 +204,8 @@ class SessionManager:
                     return
             if len(events) == _PAGE:
                 continue
+            if state.get("status") != "streaming":
+                return  # finished, and every stored event has been sent
             if await self._store.session_claim(
                 principal.tenant, session_id, self._replica_id, self._settings.lease_ttl_s
             ):
@@ -213,10 +232,12 @@ class SessionManager:
             session_id=session_id,
             # Nothing checkpointed yet: start afresh, role event included, so numbering matches.
             resume=(text, chunks_sent) if recorded else None,
+            release=state.get("release"),
+            deployments=frozenset(state["deployments"]) if state.get("deployments") else None,
         )
         log_ = SessionLog()
         log_.extend(recorded)
-        live = LiveSession(principal.tenant, session_id, log_, {**state, "owner": self._replica_id})
+        live = LiveSession(principal.tenant, session_id, log_, {**state, "owner": self._replica_id}, fresh=False)
         live.flushed = len(recorded)
         live.producer = asyncio.get_running_loop().create_task(self._produce(ctx, self._continue_stream(ctx), live))
         self._live[(principal.tenant, session_id)] = live
@@ -288,6 +309,7 @@ class SessionManager:
             self.on_checkpoint(time.monotonic() - started, len(batch))
         for key, live, item in batch:
             live.state_saved = True
+            live.fresh = False
             live.flushed += len(item.events)
             if item.renew_owner is not None:
                 live.renewed_at = now
@@ -312,6 +334,7 @@ class SessionManager:
             renew_owner=self._replica_id if renew else None,
             lease_ttl_s=lease,
             release_owner=self._replica_id if finished else None,
+            replace_events=live.fresh and live.flushed == 0,
         )
 
 
@@ -325,6 +348,8 @@ def _state_of(ctx: RequestContext, owner: str) -> dict[str, Any]:
         "key_id": ctx.principal.key_id if ctx.principal else None,
         "status": "streaming",
         "owner": owner,
+        "release": ctx.release,
+        "deployments": sorted(ctx.deployments) if ctx.deployments is not None else None,
         "transcript": ctx.body.get("messages", []),
     }
 

@@ -22,7 +22,7 @@ from typing import Any
 from gateway.approvals import APPROVED, PENDING, ApprovalService
 from gateway.audit import AuditWriter
 from gateway.backends.base import Chunk, ToolCallDelta
-from gateway.errors import InvalidRequest, PermissionDenied
+from gateway.errors import InvalidRequest, NotFound, PermissionDenied
 from gateway.pipeline import Handler, RequestContext
 from policies import (
     Allow,
@@ -207,6 +207,9 @@ class ToolPolicy:
         """The answer to a deferred call: the call exactly as approved, or the rejection."""
         assert ctx.principal is not None
         decided = await self._approvals.lookup(ctx.principal.tenant, approval_id)
+        if decided["key_id"] != ctx.principal.key_id:
+            # The released call carries a token tool servers trust: only the requester may collect it.
+            raise NotFound(f"approval '{approval_id}' not found")
         chunk = Chunk(role="assistant", finish_reason="tool_calls")
         if decided["status"] == PENDING:
             _note(chunk, f"Approval {approval_id} is still pending.")

@@ -156,8 +156,12 @@ class ReleaseService:
         # The old release passed its evals already; its deployments may need bringing back.
         await self.preflight(record, run_evals=False, bring_up=True)
         result = await self._switch(actor, model, target, "release.rollback", reason)
-        await self.preflight(record, run_evals=False)  # verified after the switch too
-        return result
+        try:  # verified after the switch too; the switch stands either way, so report, not raise
+            await self.preflight(record, run_evals=False)
+        except PreflightFailed as problem:
+            log.warning("after rolling back %s to %s: %s", model, target, problem.message)
+            return {**result, "post_check": problem.message}
+        return {**result, "post_check": "ok"}
 
     async def preflight(self, record: dict[str, Any], *, run_evals: bool, bring_up: bool = False) -> None:
         """Raise PreflightFailed naming every problem with this release."""
@@ -352,9 +356,11 @@ class ApplyRelease:
             ctx.release = record["version"]
             ctx.deployments = frozenset(record["deployments"])
             system_prompt = record["prompt"]["system_prompt"]
-            if system_prompt:
-                messages = [{"role": "system", "content": system_prompt}, *ctx.body["messages"]]
-                ctx.body = {**ctx.body, "messages": messages}
+            prompt_message = {"role": "system", "content": system_prompt}
+            messages = ctx.body["messages"]
+            # A stateful session's stored history already starts with it: add it once.
+            if system_prompt and (not messages or messages[0] != prompt_message):
+                ctx.body = {**ctx.body, "messages": [prompt_message, *messages]}
         async with contextlib.aclosing(call_next(ctx)) as chunks:
             async for chunk in chunks:
                 yield chunk

@@ -158,7 +158,11 @@ class Router:
             if last_error is not None:
                 trace.retry(deployment.name, last_error.reason, len(log.attempts) + 1)
             if deployment.name in tried:
-                await asyncio.sleep(self._backoff(attempt_number))
+                try:
+                    await asyncio.sleep(self._backoff(attempt_number))
+                except BaseException:
+                    deployment.breaker.release()  # a half-open trial taken by _choose must not leak
+                    raise
             tried.add(deployment.name)
             attempt = Attempt(deployment.name)
             log.attempts.append(attempt)

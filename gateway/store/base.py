@@ -125,6 +125,7 @@ class SessionCheckpoint:
     renew_owner: str | None = None  # claim or extend the lease for this owner (lease_ttl_s)
     lease_ttl_s: float = 0.0
     release_owner: str | None = None  # drop the lease if this owner holds it
+    replace_events: bool = False  # a new response: drop the previous response's events first
 
 
 class Store(Protocol):

@@ -88,6 +88,8 @@ class RedisSessions:
             check_events(item.events)
             names = self._keys(item.tenant, item.session_id)
             ttl_ms = keys.session_ttl_ms(item.ttl_s)
+            if item.replace_events:
+                pipe.delete(names.events)
             if item.state is not None:
                 await self._save(
                     keys=[names.state, names.events, names.lease], args=[orjson.dumps(item.state), ttl_ms], client=pipe

@@ -148,6 +148,8 @@ def checkpoint(db: sqlite3.Connection, items: list[SessionCheckpoint], now: floa
         if purge:
             _purge_expired(db, now)
         for item in items:
+            if item.replace_events:
+                db.execute("DELETE FROM session_events WHERE tenant = ? AND id = ?", (item.tenant, item.session_id))
             state = orjson.dumps(item.state) if item.state is not None else None
             if state is not None or item.events:
                 _touch(db, item.tenant, item.session_id, now, item.ttl_s, state)

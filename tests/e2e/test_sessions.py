@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -200,3 +201,40 @@ def read_then_drop_killing(gateway: Gateway, session_id: str, keep: int) -> list
                 break
     gateway.process.process.wait(10)
     return parse(lines)
+
+
+def test_resume_after_a_second_turn_replays_the_latest_answer(gateway: Gateway) -> None:
+    session_id = f"s-{uuid.uuid4().hex[:8]}"
+    headers = {**gateway.headers(), "X-Session-Id": session_id}
+    url = f"{gateway.url}/v1/chat/completions"
+    httpx.post(url, json=BODY, headers=headers, timeout=20).raise_for_status()
+    second = {**BODY, "messages": [{"role": "user", "content": "a different question"}]}
+    latest = parse(httpx.post(url, json=second, headers=headers, timeout=20).text.splitlines())
+    deadline = time.monotonic() + 5
+    while resume(gateway, session_id, 0) != latest:  # the last checkpoint lands off the response path
+        assert time.monotonic() < deadline, "the stored events never became the second answer's"
+        time.sleep(0.05)
+
+
+def test_a_session_without_a_streamed_answer_cannot_be_resumed(gateway: Gateway) -> None:
+    session_id = f"s-{uuid.uuid4().hex[:8]}"
+    headers = {**gateway.headers(), "X-Session-Id": session_id}
+    plain = {**BODY, "stream": False}
+    httpx.post(f"{gateway.url}/v1/chat/completions", json=plain, headers=headers, timeout=20).raise_for_status()
+    deadline = time.monotonic() + 5
+    while True:  # the transcript is saved off the response path
+        reply = httpx.get(f"{gateway.url}/v1/sessions/{session_id}/stream", headers=gateway.headers(), timeout=10)
+        if reply.status_code == 404 and "no streamed response" in reply.text:
+            break
+        assert time.monotonic() < deadline, reply.text
+        time.sleep(0.05)
+
+
+def test_cancel_on_disconnect_ends_the_stream_for_a_later_reader(slow_sim: Announced, tmp_path: Path) -> None:
+    config = gateway_config(deployment("a", slow_sim), sessions={"on_client_disconnect": "cancel"})
+    with running_gateway(tmp_path, config) as gateway:
+        session_id = f"s-{uuid.uuid4().hex[:8]}"
+        seen = read_then_drop(gateway, session_id, 3)
+        rest = resume(gateway, session_id, seen[-1][0])  # returns: the cancelled stream was closed
+    assert rest[-1][1] == "[DONE]"
+    assert "cancelled" in str(rest[-2][1])

@@ -292,3 +292,14 @@ def test_policy_file_changes_are_picked_up_without_a_restart(sim_pair: list[Anno
         while ask(gateway, gateway.key, "get_weather", choose="get_weather").status_code != 403:
             assert time.monotonic() < deadline, "the changed file was never loaded"
             time.sleep(0.1)
+
+
+def test_a_deferred_call_is_delivered_only_to_the_key_that_asked(gateway: Gateway) -> None:
+    _, approver = gateway.create_key(scopes=["approver"])
+    _, colleague = gateway.create_key()
+    approval_id = ask(gateway, gateway.key, "send_email", choose="send_email").headers["X-Approval-Id"]
+    admin = httpx.Client(base_url=f"{gateway.url}/admin", headers=gateway.headers(approver), timeout=10)
+    assert admin.post(f"/approvals/{approval_id}/approve").status_code == 200
+    stolen = ask(gateway, colleague, "send_email", headers={"X-Approval-Id": approval_id})
+    assert stolen.status_code == 404
+    assert "tool_calls" in message_of(ask(gateway, gateway.key, "send_email", headers={"X-Approval-Id": approval_id}))
