@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 import uuid
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
@@ -68,7 +67,6 @@ class _Held:
     tenant: str
     scopes: tuple[QuotaScope, ...]
     reservation: Reservation
-    renewed_at: float
 
 
 class Admit:
@@ -92,16 +90,19 @@ class Admit:
     async def __call__(self, ctx: RequestContext, call_next: Handler) -> AsyncGenerator[Chunk, None]:
         scopes = self.scopes_for(ctx)
         held = await self._reserve(ctx, scopes) if scopes else None
+        # The lease is kept alive by time, not by chunks: a response held for a human approval
+        # sends nothing for minutes and must keep its concurrency slot all the same.
+        heartbeat = asyncio.get_running_loop().create_task(self._heartbeat(held)) if held else None
         completion_tokens = 0
         try:
             async with contextlib.aclosing(call_next(ctx)) as chunks:
                 async for chunk in chunks:
                     if chunk.content or chunk.tool_calls:
                         completion_tokens += 1
-                    if held is not None:
-                        self._renew_if_due(held)
                     yield chunk
         finally:
+            if heartbeat is not None:
+                heartbeat.cancel()
             if held is not None:
                 used = ctx.usage.total_tokens or ctx.estimated_prompt_tokens + completion_tokens
                 self._spawn(self._store.settle(held.tenant, held.scopes, held.reservation, used))
@@ -131,15 +132,13 @@ class Admit:
             ctx.trace.quota_rejected(result.denied_limit or "unknown", result.denied_scope or "", result.retry_after_s)
             raise _denied(result, ctx.response_headers)
         assert result.reservation is not None
-        return _Held(ctx.principal.tenant, scopes, result.reservation, time.monotonic())
+        return _Held(ctx.principal.tenant, scopes, result.reservation)
 
-    def _renew_if_due(self, held: _Held) -> None:
-        now = time.monotonic()
-        if now - held.renewed_at >= self._settings.lease_ttl_s / 3:
-            held.renewed_at = now
-            self._spawn(
-                self._store.renew_lease(held.tenant, held.scopes, held.reservation.lease_id, self._settings.lease_ttl_s)
-            )
+    async def _heartbeat(self, held: _Held) -> None:
+        ttl = self._settings.lease_ttl_s
+        while True:
+            await asyncio.sleep(ttl / 3)
+            await self._quietly(self._store.renew_lease(held.tenant, held.scopes, held.reservation.lease_id, ttl))
 
     def _spawn(self, work: Any) -> None:
         task = asyncio.get_running_loop().create_task(self._quietly(work))
