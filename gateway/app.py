@@ -36,7 +36,8 @@ from gateway.keys import KeyService
 from gateway.pipeline import Call, Meter, ResolveModel, Stage, compose
 from gateway.quota import Admit
 from gateway.releases.checkpoints import CheckpointRegistry
-from gateway.releases.service import ActiveReleases, ApplyRelease, ReleaseService, ReleaseWatcher
+from gateway.releases.service import ActiveReleases, ReleaseService
+from gateway.releases.serving import ApplyRelease, ReleaseWatcher
 from gateway.routing.deployment import Deployment
 from gateway.routing.health import HealthMonitor
 from gateway.routing.router import ModelGroup, Router
@@ -120,7 +121,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
         ParseRequest(settings.server.max_body_bytes),
         AppendHistory(store),
         ResolveModel(model_names),
-        ApplyRelease(active_releases),
+        ApplyRelease(active_releases, releases),
         tool_policy,
         quota,
         Meter(),

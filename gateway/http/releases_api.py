@@ -39,6 +39,17 @@ class SwitchBody(BaseModel):
     reason: str = Field(default="", max_length=2000)
 
 
+class CanaryBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    version: str = Field(min_length=1)
+    share: float = Field(default=0.1, gt=0, lt=1, description="of new requests sent to the candidate")
+    window_s: float = Field(default=300, gt=0)
+    max_error_rate: float = Field(default=0.05, ge=0, le=1)
+    max_latency_ratio: float = Field(default=1.5, gt=1, description="candidate TTFT/TPOT median vs active")
+    min_requests: int = Field(default=20, ge=1, description="per side, before judging")
+
+
 def build_releases_router(authenticator: Authenticator, releases: ReleaseService) -> APIRouter:
     router = APIRouter(prefix="/admin")
 
@@ -68,6 +79,16 @@ def build_releases_router(authenticator: Authenticator, releases: ReleaseService
         """One call: back to the previous release, or to `version`."""
         body = body or SwitchBody()
         return await releases.rollback(actor, model, body.version, body.reason)
+
+    @router.post("/models/{model}/canary")
+    async def start_canary(model: str, body: CanaryBody, actor: Caller) -> dict[str, Any]:
+        """Preflight, then a share of traffic to the candidate; rolled back automatically on a breach."""
+        settings = body.model_dump(exclude={"version"})
+        return await releases.start_canary(actor, model, body.version, settings)
+
+    @router.delete("/models/{model}/canary")
+    async def end_canary(model: str, actor: Caller) -> dict[str, Any]:
+        return await releases.end_canary(actor.key_id, model, "ended by an operator")
 
     @router.get("/ui/releases", response_class=HTMLResponse, include_in_schema=False)
     async def page() -> HTMLResponse:

@@ -12,21 +12,19 @@ poll interval (`ReleaseWatcher`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import hashlib
 import logging
 import time
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gateway.audit import AuditWriter
-from gateway.backends.base import Chunk
 from gateway.errors import Conflict, GatewayError, InvalidRequest, NotFound
-from gateway.pipeline import Handler, RequestContext
 from gateway.principal import Principal, Scope
+from gateway.releases.canary import CanaryMonitor, Outcome
 from gateway.releases.checkpoints import CheckpointRegistry, RegistryError
 from gateway.releases.load_hooks import bring_up as bring_up_deployment
 from gateway.releases.smoke import run_smoke
@@ -66,6 +64,8 @@ class ActiveReleases:
 
     records: dict[str, dict[str, Any]] = field(default_factory=dict)
     generations: dict[str, int] = field(default_factory=dict)
+    canaries: dict[str, dict[str, Any]] = field(default_factory=dict)  # the canary settings
+    canary_records: dict[str, dict[str, Any]] = field(default_factory=dict)  # the candidate release
 
 
 class ReleaseService:
@@ -87,6 +87,26 @@ class ReleaseService:
         self.active = active
         self._clock = clock
         self.hook_processes: list[asyncio.subprocess.Process] = []  # started by command load hooks
+        self.canary_monitor = CanaryMonitor()
+        self._aborting: set[str] = set()
+
+    def observe(self, model: str, outcome: Outcome) -> None:
+        """One finished request; ends the canary (once) when its candidate breaches a threshold."""
+        self.canary_monitor.observe(model, outcome)
+        canary = self.active.canaries.get(model)
+        if canary is None or model in self._aborting:
+            return
+        breach = self.canary_monitor.breach(model, canary)
+        if breach:
+            self._aborting.add(model)
+            task = asyncio.get_running_loop().create_task(self._abort(model, breach))
+            task.add_done_callback(lambda _: self._aborting.discard(model))
+
+    async def _abort(self, model: str, breach: str) -> None:
+        try:
+            await self.end_canary("canary-monitor", model, f"automatic rollback: {breach}")
+        except GatewayError as error:  # store down or racing switch: the next request tries again
+            log.warning("could not end the canary of %s: %s", model, error.message)
 
     # --- records ------------------------------------------------------------------------------
     async def create(self, actor: Principal, model: str, spec: ReleaseSpec) -> dict[str, Any]:
@@ -136,6 +156,7 @@ class ReleaseService:
             "model": model,
             "active": active,
             "generation": generation,
+            "canary": await self._store.release_canary(model),
             "releases": await self._store.release_list(model),
             "history": await self._store.release_history(model, 50),
         }
@@ -280,7 +301,51 @@ class ReleaseService:
             self.active.records.pop(model, None)
         else:
             self.active.records[model] = record
+        canary = await self._store.release_canary(model)
+        candidate = await self._store.release_get(model, canary["version"]) if canary else None
+        if canary is None or candidate is None:
+            self.active.canaries.pop(model, None)
+            self.active.canary_records.pop(model, None)
+        else:
+            self.active.canaries[model], self.active.canary_records[model] = canary, candidate
         self.active.generations[model] = generation
+
+    # --- canaries -----------------------------------------------------------------------------
+    async def start_canary(
+        self, actor: Principal, model: str, version: str, settings: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Send `settings["share"]` of new requests to `version` after the same preflight as a promotion."""
+        actor.require(Scope.ADMIN)
+        record = await self._release(model, version)
+        active, generation = await self._store.release_active(model)
+        if active is None or active == version:
+            raise InvalidRequest(f"a canary needs an active release other than {version}", param="version")
+        await self.preflight(record, run_evals=True)
+        canary = {**settings, "version": version, "baseline": active, "started_at": self._clock(), "by": actor.key_id}
+        won, new_generation = await self._store.release_set_canary(model, canary, generation)
+        if not won:
+            raise Conflict(f"{model}: the active release changed; try again")
+        self.canary_monitor.reset(model)
+        await self.refresh(model)
+        await self._record(actor, "release.canary.start", model, active, version, str(settings))
+        return {"model": model, "canary": canary, "generation": new_generation}
+
+    async def end_canary(self, actor_key_id: str, model: str, reason: str) -> dict[str, Any]:
+        """Stop sending traffic to the candidate (an automatic rollback when a threshold was breached)."""
+        for _ in range(5):
+            canary = await self._store.release_canary(model)
+            if canary is None:
+                return {"model": model, "canary": None, "changed": False}
+            _, generation = await self._store.release_active(model)
+            won, _ = await self._store.release_set_canary(model, None, generation)
+            if won:
+                await self.refresh(model)
+                await self._audit.submit({"kind": "admin", "action": "release.canary.rollback", "actor": actor_key_id,
+                                          "tenant": None, "target": f"{model}@{canary['version']}",
+                                          "before": {"canary": canary["version"]}, "after": {"canary": None},
+                                          "reason": reason})  # fmt: skip
+                return {"model": model, "canary": None, "changed": True, "reason": reason}
+        raise Conflict(f"{model}: the release keeps changing; try again")
 
     async def _record(
         self, actor: Principal, action: str, model: str, before: str | None, after: str, reason: str
@@ -323,44 +388,3 @@ def _eval_pin(path: str | None) -> dict[str, Any] | None:
     except EvalSetError as error:
         raise InvalidRequest("; ".join(error.problems), param="eval_set") from None
     return {"id": eval_set.id, "version": eval_set.version, "digest": eval_set.digest, "path": path}
-
-
-class ReleaseWatcher:
-    """Polls the store's generations so that a switch made on any replica reaches this one."""
-
-    def __init__(self, store: Store, service: ReleaseService, interval_s: float) -> None:
-        self._store = store
-        self._service = service
-        self._interval_s = interval_s
-
-    async def run(self) -> None:
-        while True:
-            with contextlib.suppress(GatewayError):  # store down: keep serving the last known release
-                generations = await self._store.release_generations()
-                for model, generation in generations.items():
-                    if self._service.active.generations.get(model) != generation:
-                        await self._service.refresh(model)
-            await asyncio.sleep(self._interval_s)
-
-
-class ApplyRelease:
-    """The pipeline stage: the active release's deployments and prompt apply to new requests;
-    a request in flight keeps the release it started with."""
-
-    def __init__(self, active: ActiveReleases) -> None:
-        self._active = active
-
-    async def __call__(self, ctx: RequestContext, call_next: Handler) -> AsyncGenerator[Chunk, None]:
-        record = self._active.records.get(ctx.model)
-        if record is not None:
-            ctx.release = record["version"]
-            ctx.deployments = frozenset(record["deployments"])
-            system_prompt = record["prompt"]["system_prompt"]
-            prompt_message = {"role": "system", "content": system_prompt}
-            messages = ctx.body["messages"]
-            # A stateful session's stored history already starts with it: add it once.
-            if system_prompt and (not messages or messages[0] != prompt_message):
-                ctx.body = {**ctx.body, "messages": [prompt_message, *messages]}
-        async with contextlib.aclosing(call_next(ctx)) as chunks:
-            async for chunk in chunks:
-                yield chunk

@@ -300,8 +300,26 @@ class Store(Protocol):
         ...
 
     async def release_generations(self) -> dict[str, int]:
-        """Every activated model's current generation, in one call: replicas poll this to
-        notice a switch."""
+        """Every model's current generation (activated, or with a canary set at some point), in
+        one call: replicas poll this to notice a switch or a canary change."""
+        ...
+
+    # Each model has one canary slot, shared by replicas: a JSON object (version, share,
+    # started_at, thresholds...) kept byte for byte as set. Setting or clearing it bumps the same
+    # generation release_activate does, and release_activate clears it (promoting or rolling back
+    # ends a canary).
+    async def release_canary(self, model: str) -> dict[str, Any] | None:
+        """The model's running canary (as set), or None."""
+        ...
+
+    async def release_set_canary(
+        self, model: str, canary: dict[str, Any] | None, expected_generation: int
+    ) -> tuple[bool, int]:
+        """Atomically: if the model's generation (the same counter release_activate uses) equals
+        expected_generation, set (or, with None, clear) the canary and bump the generation so that
+        replicas polling release_generations() notice; return (True, new generation). Otherwise
+        change nothing and return (False, current generation). Allowed before any activation
+        (generation 0 -> 1; release_active then still reports no active version)."""
         ...
 
     # --- lifecycle ------------------------------------------------------------------------

@@ -211,6 +211,15 @@ class EmbeddedStore:
     async def release_generations(self) -> dict[str, int]:
         return await self._run(releases.generations)
 
+    async def release_canary(self, model: str) -> dict[str, Any] | None:
+        return await self._run(lambda db: releases.canary(db, model))
+
+    async def release_set_canary(
+        self, model: str, canary: dict[str, Any] | None, expected_generation: int
+    ) -> tuple[bool, int]:
+        blob = release_record.check_canary(model, canary, expected_generation)
+        return await self._run(lambda db: releases.set_canary(db, model, blob, expected_generation))
+
     # --- lifecycle ------------------------------------------------------------------------
     async def ping(self) -> None:
         await self._run(lambda db: db.execute("SELECT 1").fetchone())

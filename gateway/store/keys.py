@@ -27,7 +27,10 @@ Names carry Redis Cluster hash tags so that each Lua script touches a single slo
     <prefix>:{releases}:model:<model>        zset  the model's versions scored by created_at (ties:
                                                    by version, as Redis orders equal scores)
     <prefix>:{releases}:active               hash  model -> its active version
-    <prefix>:{releases}:generations          hash  model -> its generation (absent: 0)
+    <prefix>:{releases}:generations          hash  model -> its generation (absent: 0); bumped by
+                                                   activations and by setting or clearing a canary
+    <prefix>:{releases}:canaries             hash  model -> its running canary (JSON, verbatim);
+                                                   absent: none (activation removes it)
     <prefix>:{releases}:history:<model>      list  activation history entries (JSON), newest first,
                                                    capped at release_record.HISTORY_CAP
 
@@ -193,11 +196,17 @@ class ReleaseKeys:
     records: str
     active: str
     generations: str
+    canaries: str
 
 
 def release_keys(prefix: str) -> ReleaseKeys:
     base = f"{prefix}:{{releases}}"
-    return ReleaseKeys(records=f"{base}:records", active=f"{base}:active", generations=f"{base}:generations")
+    return ReleaseKeys(
+        records=f"{base}:records",
+        active=f"{base}:active",
+        generations=f"{base}:generations",
+        canaries=f"{base}:canaries",
+    )
 
 
 def release_versions(prefix: str, model: str) -> str:

@@ -27,6 +27,7 @@ class RedisReleases:
         self._put = redis.register_script(lua("release_put"))
         self._list = redis.register_script(lua("release_list"))
         self._activate = redis.register_script(lua("release_activate"))
+        self._set_canary = redis.register_script(lua("release_set_canary"))
 
     async def put(self, record: dict[str, Any]) -> bool:
         new = releases.check_put(record)
@@ -70,6 +71,7 @@ class RedisReleases:
             self._keys.active,
             self._keys.generations,
             keys.release_history(self._prefix, model),
+            self._keys.canaries,
         ]
         args: list[str | int | bytes] = [
             model,
@@ -94,3 +96,16 @@ class RedisReleases:
         with unavailable("release_generations"):
             raw = await self._redis.hgetall(self._keys.generations)
         return {_text(model): int(generation) for model, generation in raw.items()}
+
+    async def canary(self, model: str) -> dict[str, Any] | None:
+        with unavailable("release_canary"):
+            raw = await self._redis.hget(self._keys.canaries, model)
+        return None if raw is None else orjson.loads(raw)
+
+    async def set_canary(self, model: str, canary: dict[str, Any] | None, expected_generation: int) -> tuple[bool, int]:
+        blob = releases.check_canary(model, canary, expected_generation)
+        names = [self._keys.generations, self._keys.canaries]
+        args: list[str | int | bytes] = [model, expected_generation, "0" if blob is None else "1", blob or b""]
+        with unavailable("release_set_canary"):
+            won, generation = await self._set_canary(keys=names, args=args)
+        return bool(won), int(generation)

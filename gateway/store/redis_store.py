@@ -276,6 +276,14 @@ class RedisStore:
     async def release_generations(self) -> dict[str, int]:
         return await self._releases.generations()
 
+    async def release_canary(self, model: str) -> dict[str, Any] | None:
+        return await self._releases.canary(model)
+
+    async def release_set_canary(
+        self, model: str, canary: dict[str, Any] | None, expected_generation: int
+    ) -> tuple[bool, int]:
+        return await self._releases.set_canary(model, canary, expected_generation)
+
     # --- lifecycle ------------------------------------------------------------------------
     async def ping(self) -> None:
         with unavailable("ping"):

@@ -57,11 +57,23 @@ def check_put(record: dict[str, Any]) -> NewRelease:
     )
 
 
+def check_generation(expected_generation: object) -> int:
+    if isinstance(expected_generation, bool) or not isinstance(expected_generation, int) or expected_generation < 0:
+        raise ValueError(f"an expected generation is an integer >= 0, not {expected_generation!r}")
+    return expected_generation
+
+
 def check_activation(model: str, version: str, expected_generation: int, entry: dict[str, Any]) -> bytes:
     """The history entry as stored if the activation wins (the entry plus its new generation)."""
     check_name(model, "model")
     check_name(version, "version")
-    if isinstance(expected_generation, bool) or not isinstance(expected_generation, int) or expected_generation < 0:
-        raise ValueError(f"an expected generation is an integer >= 0, not {expected_generation!r}")
+    check_generation(expected_generation)
     _json(entry, "history entry")
     return orjson.dumps({**entry, "generation": expected_generation + 1})
+
+
+def check_canary(model: str, canary: dict[str, Any] | None, expected_generation: int) -> bytes | None:
+    """The canary's JSON as stored (kept byte for byte, like records), or None to clear it."""
+    check_name(model, "model")
+    check_generation(expected_generation)
+    return None if canary is None else _json(canary, "canary")

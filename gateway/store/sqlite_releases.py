@@ -1,8 +1,13 @@
 """Model releases in the embedded store's SQLite file (see gateway/store/base.py for the contract).
 
 One row per release (immutable: a second put of a version is ignored), one row per model with
-an active pointer (its active version and generation), and the activation history keyed by
-(model, generation), capped at release_record.HISTORY_CAP entries per model.
+an active pointer (its active version and generation), the activation history keyed by
+(model, generation), capped at release_record.HISTORY_CAP entries per model, and one row per
+model with a running canary (its JSON, as set).
+
+A canary set before any activation bumps the generation too, so the pointer row then exists with
+the version '' - never a release's version (those are non-empty) - which reads as "none active".
+The version column stays NOT NULL so that files created before canaries need no migration.
 
 Every function here is one statement or one transaction.
 """
@@ -28,8 +33,12 @@ CREATE TABLE IF NOT EXISTS releases (
 CREATE INDEX IF NOT EXISTS releases_order ON releases (model, created_at, version);
 CREATE TABLE IF NOT EXISTS release_active (
     model TEXT PRIMARY KEY,
-    version TEXT NOT NULL,
-    generation INTEGER NOT NULL  -- 1 after the first activation, +1 at each
+    version TEXT NOT NULL,       -- '': none active (only a canary was ever set)
+    generation INTEGER NOT NULL  -- +1 at each activation and each canary set or cleared
+);
+CREATE TABLE IF NOT EXISTS release_canary (
+    model TEXT PRIMARY KEY,
+    canary BLOB NOT NULL         -- JSON, as set
 );
 CREATE TABLE IF NOT EXISTS release_history (
     model TEXT NOT NULL,
@@ -45,6 +54,14 @@ _ACTIVATE = """
 INSERT INTO release_active (model, version, generation) VALUES (:model, :version, :generation)
 ON CONFLICT (model) DO UPDATE SET version = excluded.version, generation = excluded.generation
 """
+
+# Bumps the generation and keeps the active version ('' - none - if the model had no row).
+_BUMP = """
+INSERT INTO release_active (model, version, generation) VALUES (:model, '', :generation)
+ON CONFLICT (model) DO UPDATE SET generation = excluded.generation
+"""
+
+_NO_VERSION = ""
 
 
 def put(db: sqlite3.Connection, new: NewRelease) -> bool:
@@ -67,7 +84,10 @@ def list_releases(db: sqlite3.Connection, model: str) -> list[dict[str, Any]]:
 
 def active(db: sqlite3.Connection, model: str) -> tuple[str | None, int]:
     row = db.execute(_GENERATION, (model,)).fetchone()
-    return (None, 0) if row is None else (str(row[0]), int(row[1]))
+    if row is None:
+        return None, 0
+    version = str(row[0])
+    return (None if version == _NO_VERSION else version), int(row[1])
 
 
 def activate(db: sqlite3.Connection, model: str, version: str, expected: int, entry: bytes) -> tuple[bool, int]:
@@ -86,6 +106,8 @@ def activate(db: sqlite3.Connection, model: str, version: str, expected: int, en
             "INSERT INTO release_history (model, generation, entry) VALUES (?, ?, ?)", (model, generation, entry)
         )
         db.execute("DELETE FROM release_history WHERE model = ? AND generation <= ?", (model, generation - HISTORY_CAP))
+        # Promoting or rolling back ends the model's canary.
+        db.execute("DELETE FROM release_canary WHERE model = ?", (model,))
     return True, generation
 
 
@@ -98,3 +120,27 @@ def history(db: sqlite3.Connection, model: str, limit: int) -> list[dict[str, An
 
 def generations(db: sqlite3.Connection) -> dict[str, int]:
     return {str(model): int(gen) for model, gen in db.execute("SELECT model, generation FROM release_active")}
+
+
+def canary(db: sqlite3.Connection, model: str) -> dict[str, Any] | None:
+    row = db.execute("SELECT canary FROM release_canary WHERE model = ?", (model,)).fetchone()
+    return None if row is None else orjson.loads(row[0])
+
+
+def set_canary(db: sqlite3.Connection, model: str, blob: bytes | None, expected: int) -> tuple[bool, int]:
+    # IMMEDIATE, as in activate: the compare-and-set on the generation is under the write lock.
+    with transaction(db, "BEGIN IMMEDIATE"):
+        _, generation = active(db, model)
+        if generation != expected:
+            return False, generation
+        generation += 1
+        db.execute(_BUMP, {"model": model, "generation": generation})
+        if blob is None:
+            db.execute("DELETE FROM release_canary WHERE model = ?", (model,))
+        else:
+            db.execute(
+                "INSERT INTO release_canary (model, canary) VALUES (?, ?)"
+                " ON CONFLICT (model) DO UPDATE SET canary = excluded.canary",
+                (model, blob),
+            )
+    return True, generation

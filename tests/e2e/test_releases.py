@@ -309,3 +309,45 @@ def test_promotion_runs_a_replay_smoke_run_against_the_release(setup: dict[str, 
     refused = admin(one, "promote", {"version": "v4"})
     assert refused.status_code == 409
     assert "replay smoke run" in refused.json()["error"]["message"]
+
+
+def test_a_failing_canary_is_rolled_back_automatically(sims: list[Announced], tmp_path: Path) -> None:
+    from tests.procs import set_faults
+
+    config = gateway_config(deployment("old", sims[0]), deployment("new", sims[1], priority=1))
+    with running_gateway(tmp_path, config) as gateway:
+        base = f"{gateway.url}/admin/models/{MODEL}"
+        headers = gateway.headers(gateway.admin_key)
+        for version, name in (("v1", "old"), ("v2", "new")):
+            body = {"version": version, "deployments": [name]}
+            assert httpx.post(f"{base}/releases", json=body, headers=headers, timeout=10).status_code == 201
+        admin(gateway, "promote", {"version": "v1"}).raise_for_status()
+        canary = {"version": "v2", "share": 0.5, "window_s": 60, "max_error_rate": 0.2, "min_requests": 5}
+        started = httpx.post(f"{base}/canary", json=canary, headers=headers, timeout=30)
+        assert started.status_code == 200, started.text
+        set_faults(sims[1], status=500)  # the candidate breaks after passing its preflight
+
+        body = {"model": MODEL, "messages": QUESTION, "max_tokens": 3}
+        statuses = []
+        for _ in range(120):  # bounded: the breach needs 5 failed candidate requests
+            reply = httpx.post(f"{gateway.url}/v1/chat/completions", json=body, headers=gateway.headers(), timeout=10)
+            statuses.append(reply.status_code)
+            overview = httpx.get(f"{base}/releases", headers=headers, timeout=10).json()
+            if overview["canary"] is None:
+                break
+        assert overview["canary"] is None, "the canary was never rolled back"
+        assert overview["active"] == "v1"
+        assert sum(status != 200 for status in statuses) >= 5  # 502, then 503 once its breaker opened
+        after = [
+            httpx.post(
+                f"{gateway.url}/v1/chat/completions", json=body, headers=gateway.headers(), timeout=10
+            ).status_code
+            for _ in range(10)
+        ]
+        assert after == [200] * 10, "no traffic reaches the candidate any more"
+        audit = httpx.get(
+            f"{gateway.url}/admin/audit", params={"kind": "admin", "limit": 1000}, headers=headers, timeout=10
+        )
+        rollbacks = [r for r in audit.json()["data"] if r["action"] == "release.canary.rollback"]
+        assert rollbacks
+        assert "error rate" in rollbacks[0]["reason"]

@@ -40,3 +40,16 @@ async def test_releases_are_stored_as_the_operator_expects(
     assert await client.hget(names.generations, "m/1") == b"1"
     history = await client.lrange(keys.release_history(prefix, "m/1"), 0, -1)
     assert history == [orjson.dumps({"who": "alice", "generation": 1})]
+
+
+async def test_a_canary_is_stored_verbatim_under_the_releases_tag(
+    store: RedisStore, prefix: str, client: aioredis.Redis
+) -> None:
+    value = {"version": "v2", "share": 0.1 + 0.2, "thresholds": {}, "steps": []}
+    assert await store.release_set_canary("m/1", value, 0) == (True, 1)
+    names = keys.release_keys(prefix)
+    assert await client.hget(names.canaries, "m/1") == orjson.dumps(value)
+    assert await client.hget(names.generations, "m/1") == b"1"
+    assert await client.hget(names.active, "m/1") is None
+    assert await store.release_set_canary("m/1", None, 1) == (True, 2)
+    assert await client.hexists(names.canaries, "m/1") == 0

@@ -59,6 +59,8 @@ EVERY_CALL: dict[str, Call] = {
     "release_activate": lambda s: s.release_activate("m1", "v1", 0, {"who": "alice", "to": "v1"}),
     "release_history": lambda s: s.release_history("m1", 10),
     "release_generations": lambda s: s.release_generations(),
+    "release_canary": lambda s: s.release_canary("m1"),
+    "release_set_canary": lambda s: s.release_set_canary("m1", {"version": "v2", "share": 0.1}, 0),
 }
 
 

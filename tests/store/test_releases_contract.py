@@ -207,3 +207,144 @@ async def test_history_keeps_only_the_newest_entries(store: Store, monkeypatch: 
         to = ("v1", "v2")[generation % 2]
         assert await store.release_activate("m1", to, generation, entry(to=to)) == (True, generation + 1)
     assert [e["generation"] for e in await store.release_history("m1", 10)] == [5, 4, 3]
+
+
+# --- canary -------------------------------------------------------------------------------
+
+
+def canary(version: str = "v2", share: float = 0.05) -> dict[str, Any]:
+    """A canary as the gateway sets one, with fields of every JSON kind that must round-trip."""
+    return {
+        "version": version,
+        "share": share,
+        "started_at": 1700000000.125,
+        "thresholds": {"error_rate": 0.1 + 0.2, "p99_ms": 2**53 + 1, "empty": {}, "list": []},
+        "by": "alice",
+        "note": "é/日本",
+        "previous": None,
+        "steps": [0.01, 0.05, 0.25],
+    }
+
+
+async def test_no_canary_before_one_is_set(store: Store) -> None:
+    assert await store.release_canary("m1") is None
+
+
+async def test_a_canary_reads_back_exactly_as_set_and_bumps_the_generation(store: Store) -> None:
+    await store.release_put(release("v1"))
+    assert await store.release_activate("m1", "v1", 0, entry()) == (True, 1)
+    assert await store.release_set_canary("m1", canary(), 1) == (True, 2)
+    assert await store.release_canary("m1") == canary()
+    assert await store.release_canary("m2") is None
+    assert await store.release_active("m1") == ("v1", 2)
+    assert await store.release_generations() == {"m1": 2}
+    # Replacing it is another set.
+    assert await store.release_set_canary("m1", canary(share=0.25), 2) == (True, 3)
+    assert await store.release_canary("m1") == canary(share=0.25)
+    assert await store.release_active("m1") == ("v1", 3)
+    # Canaries are not activations.
+    assert await store.release_history("m1", 10) == [{**entry(), "generation": 1}]
+
+
+async def test_clearing_a_canary_with_none_bumps_the_generation(store: Store) -> None:
+    await store.release_put(release("v1"))
+    await store.release_activate("m1", "v1", 0, entry())
+    assert await store.release_set_canary("m1", canary(), 1) == (True, 2)
+    assert await store.release_set_canary("m1", None, 2) == (True, 3)
+    assert await store.release_canary("m1") is None
+    assert await store.release_active("m1") == ("v1", 3)
+    assert await store.release_generations() == {"m1": 3}
+    # Clearing when none is running still counts (the caller asked for a switch).
+    assert await store.release_set_canary("m1", None, 3) == (True, 4)
+
+
+async def test_a_canary_before_any_activation_starts_the_generation(store: Store) -> None:
+    assert await store.release_set_canary("m1", canary(), 0) == (True, 1)
+    assert await store.release_active("m1") == (None, 1)
+    assert await store.release_canary("m1") == canary()
+    assert await store.release_generations() == {"m1": 1}
+    # Activation then compares against that generation.
+    await store.release_put(release("v1"))
+    assert await store.release_activate("m1", "v1", 0, entry()) == (False, 1)
+    assert await store.release_activate("m1", "v1", 1, entry()) == (True, 2)
+    assert await store.release_active("m1") == ("v1", 2)
+    assert await store.release_history("m1", 10) == [{**entry(), "generation": 2}]
+
+
+async def test_a_canary_with_a_stale_generation_changes_nothing(store: Store) -> None:
+    await store.release_put(release("v1"))
+    await store.release_activate("m1", "v1", 0, entry())
+    assert await store.release_set_canary("m1", canary(), 0) == (False, 1)
+    assert await store.release_set_canary("m1", canary(), 7) == (False, 1)
+    assert await store.release_canary("m1") is None
+    assert await store.release_set_canary("m1", canary(), 1) == (True, 2)
+    assert await store.release_set_canary("m1", None, 1) == (False, 2)
+    assert await store.release_set_canary("m1", canary(share=0.5), 1) == (False, 2)
+    assert await store.release_canary("m1") == canary()
+    assert await store.release_active("m1") == ("v1", 2)
+    assert await store.release_generations() == {"m1": 2}
+    assert await store.release_set_canary("m2", canary(), 1) == (False, 0)
+    assert await store.release_active("m2") == (None, 0)
+    assert await store.release_generations() == {"m1": 2}
+
+
+async def test_activation_ends_the_canary(store: Store) -> None:
+    for version in ("v1", "v2"):
+        await store.release_put(release(version))
+        await store.release_put(release(version, model="m2"))
+    await store.release_activate("m1", "v1", 0, entry())
+    await store.release_activate("m2", "v1", 0, entry())
+    assert await store.release_set_canary("m1", canary(), 1) == (True, 2)
+    assert await store.release_set_canary("m2", canary(), 1) == (True, 2)
+    # Promote m1's canary: the canary is gone, m2's is untouched.
+    assert await store.release_activate("m1", "v2", 2, entry(to="v2", frm="v1")) == (True, 3)
+    assert await store.release_canary("m1") is None
+    assert await store.release_canary("m2") == canary()
+    # A refused activation leaves the canary running.
+    assert await store.release_activate("m2", "v2", 1, entry(to="v2")) == (False, 2)
+    assert await store.release_canary("m2") == canary()
+    # Rolling back (to the version already active) ends it too.
+    assert await store.release_activate("m2", "v1", 2, entry(to="v1", frm="v1")) == (True, 3)
+    assert await store.release_canary("m2") is None
+    assert await store.release_generations() == {"m1": 3, "m2": 3}
+
+
+async def test_of_concurrent_canary_sets_exactly_one_wins(store: Store) -> None:
+    await store.release_put(release("v1"))
+    await store.release_activate("m1", "v1", 0, entry())
+    calls = [store.release_set_canary("m1", canary(share=i / 100), 1) for i in range(10)]
+    results = await asyncio.gather(*calls)
+    assert sorted(results) == [(False, 2)] * 9 + [(True, 2)]
+    winner = results.index((True, 2))
+    assert await store.release_canary("m1") == canary(share=winner / 100)
+    assert await store.release_active("m1") == ("v1", 2)
+
+
+async def test_of_canary_sets_from_two_clients_exactly_one_wins(backing: Backing, store: Store) -> None:
+    other = backing.open()
+    calls = [(store, other)[i % 2].release_set_canary("m1", canary(share=i / 100), 0) for i in range(10)]
+    results = await asyncio.gather(*calls)
+    assert sorted(results) == [(False, 1)] * 9 + [(True, 1)]
+    winner = results.index((True, 1))
+    assert await other.release_canary("m1") == canary(share=winner / 100)
+    assert await store.release_generations() == {"m1": 1}
+
+
+@pytest.mark.parametrize(
+    ("model", "value", "expected"),
+    [
+        ("", canary(), 0),
+        ("m1", canary(), -1),
+        ("m1", canary(), True),
+        ("m1", canary(), 1.0),
+        ("m1", ["not", "an", "object"], 0),
+        ("m1", {"bad": object()}, 0),
+    ],
+)
+async def test_a_bad_canary_is_refused_before_anything_is_written(
+    store: Store, model: str, value: Any, expected: Any
+) -> None:
+    with pytest.raises(ValueError, match=r"release|generation|canary"):
+        await store.release_set_canary(model, value, expected)
+    assert await store.release_canary("m1") is None
+    assert await store.release_generations() == {}

@@ -1,6 +1,7 @@
--- Activate a release: a compare-and-set on the model's generation. KEYS: records, active,
--- generations, the model's history. ARGV: model, member, version, expected generation,
--- history entry JSON (already carrying the new generation), history cap.
+-- Activate a release: a compare-and-set on the model's generation, which also ends the model's
+-- canary. KEYS: records, active, generations, the model's history, canaries. ARGV: model, member,
+-- version, expected generation, history entry JSON (already carrying the new generation),
+-- history cap.
 -- Returns {1, new generation} or, changing nothing, {0, current generation} when the generation
 -- moved on or the release does not exist. A script runs alone: of concurrent activations with
 -- one expected generation, the first wins and the rest see its generation.
@@ -13,4 +14,5 @@ redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
 generation = redis.call('HINCRBY', KEYS[3], ARGV[1], 1)
 redis.call('LPUSH', KEYS[4], ARGV[5])
 redis.call('LTRIM', KEYS[4], 0, tonumber(ARGV[6]) - 1)
+redis.call('HDEL', KEYS[5], ARGV[1])
 return {1, generation}

@@ -1,0 +1,81 @@
+"""The replica side of releases: which release serves a new request, and staying current.
+
+`ReleaseWatcher` polls the store's generations so that a switch made on any replica (or by the
+CLI) reaches this one within `releases.watch_interval_s`. `ApplyRelease` puts the active release -
+or, for its share of traffic, the canary - on each new request and reports outcomes to the canary
+monitor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from collections.abc import AsyncGenerator
+from typing import Any
+
+from gateway.backends.base import Chunk
+from gateway.errors import GatewayError
+from gateway.pipeline import Handler, RequestContext
+from gateway.releases.canary import Outcome
+from gateway.releases.service import ActiveReleases, ReleaseService
+from gateway.store.base import Store
+
+
+class ReleaseWatcher:
+    """Polls the store's generations so that a switch made on any replica reaches this one."""
+
+    def __init__(self, store: Store, service: ReleaseService, interval_s: float) -> None:
+        self._store = store
+        self._service = service
+        self._interval_s = interval_s
+
+    async def run(self) -> None:
+        while True:
+            with contextlib.suppress(GatewayError):  # store down: keep serving the last known release
+                generations = await self._store.release_generations()
+                for model, generation in generations.items():
+                    if self._service.active.generations.get(model) != generation:
+                        await self._service.refresh(model)
+            await asyncio.sleep(self._interval_s)
+
+
+class ApplyRelease:
+    """The pipeline stage: the active release's deployments and prompt apply to new requests, or the
+    canary's for its share of them; a request in flight keeps the release it started with."""
+
+    def __init__(self, active: ActiveReleases, service: ReleaseService, rng: random.Random | None = None) -> None:
+        self._active = active
+        self._service = service
+        self._rng = rng or random.Random()
+
+    async def __call__(self, ctx: RequestContext, call_next: Handler) -> AsyncGenerator[Chunk, None]:
+        record = self._active.records.get(ctx.model)
+        canary = self._active.canaries.get(ctx.model)
+        on_canary = canary is not None and self._rng.random() < float(canary["share"])
+        if on_canary:
+            record = self._active.canary_records[ctx.model]
+        if record is not None:
+            _apply(ctx, record)
+        ok = False
+        try:
+            async with contextlib.aclosing(call_next(ctx)) as chunks:
+                async for chunk in chunks:
+                    yield chunk
+            ok = True
+        finally:
+            if record is not None and canary is not None:
+                tpot = ctx.route.attempts[-1].tpot_s if ctx.route.attempts else None
+                self._service.observe(ctx.model, Outcome(time.monotonic(), on_canary, ok, ctx.ttft_s, tpot))
+
+
+def _apply(ctx: RequestContext, record: dict[str, Any]) -> None:
+    ctx.release = record["version"]
+    ctx.deployments = frozenset(record["deployments"])
+    system_prompt = record["prompt"]["system_prompt"]
+    prompt_message = {"role": "system", "content": system_prompt}
+    messages = ctx.body["messages"]
+    # A stateful session's stored history already starts with it: add it once.
+    if system_prompt and (not messages or messages[0] != prompt_message):
+        ctx.body = {**ctx.body, "messages": [prompt_message, *messages]}
