@@ -21,6 +21,7 @@ from eval.sets import (
     FinishReason,
     JsonSchema,
     MaxChars,
+    Not,
     NotContains,
     NoToolCall,
     Regex,
@@ -130,6 +131,13 @@ def _finish_reason(a: FinishReason, reply: Reply) -> Outcome:
     return ok, f"finish_reason {reply.finish_reason!r}" + ("" if ok else f", expected {a.value!r}")
 
 
+def _not(a: Not, reply: Reply) -> Outcome:
+    passed, message = check(a.assertion, reply)
+    if passed:
+        return False, f"not {a.assertion.kind}: the inner assertion passed but must fail ({message})"
+    return True, f"not {a.assertion.kind}: the inner assertion failed as required ({message})"
+
+
 _CHECKS: dict[type[Any], Callable[[Any, Reply], Outcome]] = {
     Contains: _contains,
     NotContains: _not_contains,
@@ -140,6 +148,7 @@ _CHECKS: dict[type[Any], Callable[[Any, Reply], Outcome]] = {
     ToolCall: _tool_call,
     NoToolCall: _no_tool_call,
     FinishReason: _finish_reason,
+    Not: _not,
 }
 
 

@@ -10,14 +10,18 @@ from eval.runner import EvalResult
 
 @dataclass(frozen=True, slots=True)
 class Thresholds:
-    """`min_pass_rate` over all cases, at most `max_errors` errored cases, per-tag minimum pass rates."""
+    """A minimum weighted score over all cases, at most `max_errors` errored cases, per-tag minimum scores.
 
-    min_pass_rate: float = 1.0
+    `min_pass_rate` of None means the set's own threshold (`EvalResult.set_threshold`); a number
+    overrides it, as `--min-pass-rate` does.
+    """
+
+    min_pass_rate: float | None = None
     max_errors: int = 0
     tag_min_pass_rate: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        rates = [self.min_pass_rate, *self.tag_min_pass_rate.values()]
+        rates = [*([] if self.min_pass_rate is None else [self.min_pass_rate]), *self.tag_min_pass_rate.values()]
         if any(not 0.0 <= rate <= 1.0 for rate in rates):
             raise ValueError("pass rates must lie in [0, 1]")
         if self.max_errors < 0:
@@ -38,9 +42,9 @@ def _tag_reasons(result: EvalResult, thresholds: Thresholds) -> list[str]:
             # A threshold on nothing would pass vacuously; a renamed tag must not open the gate.
             reasons.append(f"tag {tag!r}: no cases carry this tag")
             continue
-        rate = sum(case.passed for case in tagged) / len(tagged)
+        rate = sum(case.weight for case in tagged if case.passed) / sum(case.weight for case in tagged)
         if rate < minimum:
-            reasons.append(f"tag {tag!r}: pass rate {rate:.1%} < {minimum:.1%} ({len(tagged)} cases)")
+            reasons.append(f"tag {tag!r}: score {rate:.1%} < {minimum:.1%} ({len(tagged)} cases)")
     return reasons
 
 
@@ -50,8 +54,10 @@ def check_gate(result: EvalResult, thresholds: Thresholds) -> GateVerdict:
     reasons = []
     if summary.cases == 0:
         reasons.append("no cases ran")
-    if summary.pass_rate < thresholds.min_pass_rate:
-        reasons.append(f"pass rate {summary.pass_rate:.1%} < {thresholds.min_pass_rate:.1%}")
+    minimum = result.set_threshold if thresholds.min_pass_rate is None else thresholds.min_pass_rate
+    if summary.score < minimum:
+        source = "set threshold" if thresholds.min_pass_rate is None else "minimum"
+        reasons.append(f"score {summary.score:.1%} < {source} {minimum:.1%}")
     if summary.errors > thresholds.max_errors:
         reasons.append(f"{summary.errors} errored cases > {thresholds.max_errors} allowed")
     reasons.extend(_tag_reasons(result, thresholds))

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 import orjson
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from eval.assertions import Reply, ReplyToolCall, check
 from eval.sets import EvalCase, EvalSet
@@ -37,6 +37,7 @@ class AssertionFailure(_Frozen):
 class CaseResult(_Frozen):
     case_id: str
     tags: tuple[str, ...] = ()
+    weight: float = Field(default=1.0, gt=0)
     passed: bool
     failures: tuple[AssertionFailure, ...] = ()
     latency_s: float | None = None
@@ -50,15 +51,27 @@ class Summary(_Frozen):
     failed: int
     errors: int
     pass_rate: float
+    # The weighted share of passed cases (errored cases count as not passed); the gate's measure.
+    score: float
     # Over cases that got a reply: a timeout's latency is the timeout, not the model's speed.
     mean_latency_s: float | None
     p50_latency_s: float | None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _score_of_older_results(cls, data: Any) -> Any:
+        # Results written before weights existed were unweighted, so their pass rate is their score.
+        if isinstance(data, dict) and "score" not in data and "pass_rate" in data:
+            return {**data, "score": data["pass_rate"]}
+        return data
 
 
 class EvalResult(_Frozen):
     set_id: str
     set_version: str
     set_digest: str
+    # The set's own gate threshold on `summary.score`; a command-line minimum may override it.
+    set_threshold: float = Field(default=1.0, ge=0, le=1)
     model: str
     cases: tuple[CaseResult, ...]
     summary: Summary
@@ -72,12 +85,14 @@ def summarize(cases: tuple[CaseResult, ...]) -> Summary:
     passed = sum(case.passed for case in cases)
     errors = sum(case.error is not None for case in cases)
     latencies = [case.latency_s for case in cases if case.error is None and case.latency_s is not None]
+    total_weight = sum(case.weight for case in cases)
     return Summary(
         cases=len(cases),
         passed=passed,
         failed=len(cases) - passed - errors,
         errors=errors,
         pass_rate=passed / len(cases) if cases else 0.0,
+        score=sum(case.weight for case in cases if case.passed) / total_weight if total_weight else 0.0,
         mean_latency_s=statistics.fmean(latencies) if latencies else None,
         p50_latency_s=statistics.median(latencies) if latencies else None,
     )
@@ -147,7 +162,9 @@ async def run_case(client: httpx.AsyncClient, case: EvalCase, model: str, timeou
         reply = await _complete(client, case, model, timeout_s)
     except _CaseError as error:
         latency = time.perf_counter() - started
-        return CaseResult(case_id=case.id, tags=case.tags, passed=False, latency_s=latency, error=str(error))
+        return CaseResult(
+            case_id=case.id, tags=case.tags, weight=case.weight, passed=False, latency_s=latency, error=str(error)
+        )
     latency = time.perf_counter() - started
     failures = []
     for index, assertion in enumerate(case.assertions):
@@ -157,6 +174,7 @@ async def run_case(client: httpx.AsyncClient, case: EvalCase, model: str, timeou
     return CaseResult(
         case_id=case.id,
         tags=case.tags,
+        weight=case.weight,
         passed=not failures,
         failures=tuple(failures),
         latency_s=latency,
@@ -198,6 +216,7 @@ async def run_eval(
         set_id=eval_set.id,
         set_version=eval_set.version,
         set_digest=eval_set.digest,
+        set_threshold=eval_set.threshold,
         model=model,
         cases=cases,
         summary=summarize(cases),

@@ -5,7 +5,11 @@ header (without `cases`) on its first line and one case per following line, so l
 
 Assertions are written either in full (`{kind: regex, pattern: "^a"}`) or in the shorthand form
 `{regex: "^a"}`, where the kind's key carries its main field; both load to the same model, so both
-give the same digest.
+give the same digest. Any assertion can be negated: `{not: {regex: "^a"}}` (in full,
+`{kind: not, assertion: {kind: regex, pattern: "^a"}}`) passes when the inner assertion fails.
+
+A case may carry a `weight` (> 0, default 1) and a set a `threshold` (0..1, default 1): the score is
+the weighted share of passed cases, and the gate wants it at or above the threshold.
 """
 
 from __future__ import annotations
@@ -124,6 +128,7 @@ _MAIN_FIELD: dict[str, str | None] = {
     "tool_call": "name",
     "no_tool_call": None,
     "finish_reason": "value",
+    "not": "assertion",
 }
 KINDS = tuple(_MAIN_FIELD)
 
@@ -147,11 +152,19 @@ def _expand_shorthand(raw: object) -> object:
     return {"kind": kind, main: value, **rest}
 
 
+class Not(_Frozen):
+    """Passes when `assertion` fails, and fails when it passes."""
+
+    kind: Literal["not"] = "not"
+    assertion: Assertion
+
+
 Assertion = Annotated[
-    Contains | NotContains | Regex | Equals | MaxChars | JsonSchema | ToolCall | NoToolCall | FinishReason,
+    Contains | NotContains | Regex | Equals | MaxChars | JsonSchema | ToolCall | NoToolCall | FinishReason | Not,
     Field(discriminator="kind"),
     BeforeValidator(_expand_shorthand),
 ]
+Not.model_rebuild()
 
 
 class RequestOverrides(_Frozen):
@@ -175,6 +188,7 @@ class EvalCase(_Frozen):
     tools: tuple[dict[str, Any], ...] | None = None
     request: RequestOverrides = RequestOverrides()
     tags: tuple[str, ...] = ()
+    weight: float = Field(default=1.0, gt=0, allow_inf_nan=False)
     assertions: tuple[Assertion, ...] = Field(min_length=1)
 
     @field_validator("messages")
@@ -186,6 +200,10 @@ class EvalCase(_Frozen):
         return messages
 
 
+_DEFAULT_WEIGHT = 1.0
+_DEFAULT_THRESHOLD = 1.0
+
+
 def _version_text(value: object) -> object:
     # YAML reads `version: 3` as an int and `version: 1.2` as a float; a version is a label.
     return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
@@ -195,6 +213,7 @@ class EvalSet(_Frozen):
     id: str = Field(min_length=1)
     version: Annotated[str, BeforeValidator(_version_text), Field(min_length=1)]
     description: str = ""
+    threshold: float = Field(default=1.0, ge=0, le=1)
     cases: tuple[EvalCase, ...] = Field(min_length=1)
 
     @model_validator(mode="after")
@@ -207,8 +226,18 @@ class EvalSet(_Frozen):
         return self
 
     def canonical_json(self) -> bytes:
-        """Sorted-key JSON of the validated set, defaults included, so equivalent files agree."""
-        return orjson.dumps(self.model_dump(mode="json", by_alias=True), option=orjson.OPT_SORT_KEYS)
+        """Sorted-key JSON of the validated set, defaults included, so equivalent files agree.
+
+        `threshold` and `weight` came later: they are left out at their defaults, so sets written
+        before them keep the digests releases already pinned.
+        """
+        document = self.model_dump(mode="json", by_alias=True)
+        if self.threshold == _DEFAULT_THRESHOLD:
+            del document["threshold"]
+        for case in document["cases"]:
+            if case["weight"] == _DEFAULT_WEIGHT:
+                del case["weight"]
+        return orjson.dumps(document, option=orjson.OPT_SORT_KEYS)
 
     @property
     def digest(self) -> str:

@@ -10,6 +10,7 @@ from eval.sets import (
     FinishReason,
     JsonSchema,
     MaxChars,
+    Not,
     NotContains,
     NoToolCall,
     Regex,
@@ -74,3 +75,29 @@ def test_tool_call_with_unparseable_arguments_fails() -> None:
 def test_tool_call_passes_when_any_call_of_that_name_has_valid_arguments() -> None:
     calls = (ReplyToolCall("get_weather", "{}"), ReplyToolCall("get_weather", '{"city": "Oslo"}'))
     assert check(ToolCall(name="get_weather", arguments=ARGS_SCHEMA), Reply(content="", tool_calls=calls))[0]
+
+
+@pytest.mark.parametrize(
+    ("inner", "reply", "expected"),
+    [
+        (Regex(pattern=r"^[a-z ]+$"), TEXT, True),
+        (Regex(pattern=r"^The"), TEXT, False),
+        (Contains(text="cat"), TEXT, True),
+        (NotContains(text="cat"), TEXT, False),
+        (ToolCall(name="get_weather"), CALL, False),
+        (NoToolCall(), CALL, True),
+        (Not(assertion=Regex(pattern="^The")), TEXT, True),
+    ],
+)
+def test_not_passes_exactly_when_the_inner_assertion_fails(inner: Assertion, reply: Reply, expected: bool) -> None:
+    assert check(inner, reply)[0] is not expected
+    assert check(Not(assertion=inner), reply)[0] is expected
+
+
+def test_not_message_says_whether_the_inner_assertion_passed() -> None:
+    passed, message = check(Not(assertion=Regex(pattern="^The")), TEXT)
+    assert not passed
+    assert message == "not regex: the inner assertion passed but must fail (matches /^The/: 'The Quick brown fox')"
+    passed, message = check(Not(assertion=MaxChars(limit=3)), TEXT)
+    assert passed
+    assert message == "not max_chars: the inner assertion failed as required (19 chars (limit 3))"

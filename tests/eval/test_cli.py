@@ -35,8 +35,11 @@ def test_example_set_passes_against_the_sim_with_full_pass_rate(sim_url: str, tm
     assert "pass rate 100.0%" in output
     assert "gate: PASSED" in output
     document = orjson.loads(out.read_bytes())
-    assert document["gate"] == {"passed": True, "reasons": []}
+    assert document["gate"] == {"passed": True, "reasons": [], "min_score": 1.0}
     assert document["result"]["summary"]["pass_rate"] == 1.0
+    assert document["result"]["summary"]["score"] == 1.0
+    assert document["result"]["set_id"] == "smoke"
+    assert document["result"]["set_version"] == "1"
     assert document["result"]["set_digest"] == load_eval_set(EXAMPLE).digest
 
 
@@ -59,7 +62,7 @@ def test_per_tag_threshold_from_the_command_line_fails_the_gate(sim_url: str, tm
     args = ["--min-pass-rate", "0.6", "--tag-min-pass-rate", "format=1.0"]
     code, output = run("run", path, "--base-url", sim_url, "--model", "sim-model", *args)
     assert code == EXIT_GATE_FAILED
-    assert "tag 'format': pass rate 50.0% < 100.0%" in output
+    assert "tag 'format': score 50.0% < 100.0%" in output
 
 
 def test_unreachable_endpoint_counts_as_errors_and_fails_the_gate(tmp_path: Path) -> None:
@@ -91,3 +94,15 @@ def test_show_prints_id_version_digest_and_case_count() -> None:
     assert code == 0
     digest = load_eval_set(EXAMPLE).digest
     assert output.splitlines() == ["id       smoke", "version  1", f"digest   sha256:{digest}", "cases    3"]
+
+
+def test_set_threshold_is_the_gate_unless_the_command_line_overrides_it(sim_url: str, tmp_path: Path) -> None:
+    path = failing_set(tmp_path)
+    data = yaml.safe_load(path.read_text())
+    path.write_text(yaml.safe_dump({**data, "threshold": 0.6}))
+    code, output = run("run", str(path), "--base-url", sim_url, "--model", "sim-model")
+    assert code == 0, output
+    assert "set threshold 60.0%" in output
+    code, output = run("run", str(path), "--base-url", sim_url, "--model", "sim-model", "--min-pass-rate", "0.9")
+    assert code == EXIT_GATE_FAILED
+    assert "score 66.7% < minimum 90.0%" in output

@@ -162,3 +162,32 @@ async def test_concurrency_bounds_requests_in_flight() -> None:
 async def test_base_url_without_scheme_is_rejected() -> None:
     with pytest.raises(ValueError, match="http"):
         await run_eval(eval_set(), "127.0.0.1:9/v1", None, "m")
+
+
+async def test_weights_threshold_and_not_assertions_reach_the_result() -> None:
+    data = {
+        "id": "s",
+        "version": "2",
+        "threshold": 0.7,
+        "cases": [
+            {
+                "id": "heavy",
+                "weight": 3,
+                "messages": [{"role": "user", "content": "hi"}],
+                "assertions": [{"not": {"contains": "goodbye"}}],
+            },
+            {
+                "id": "light",
+                "messages": [{"role": "user", "content": "hi"}],
+                "assertions": [{"not": {"regex": "^hello"}}],
+            },
+        ],
+    }
+    the_set = parse_eval_set(data)
+    result = await run_eval(the_set, BASE_URL, None, "m", transport=replying(200, completion()))
+    heavy, light = result.cases
+    assert (heavy.passed, heavy.weight, light.passed, light.weight) == (True, 3.0, False, 1.0)
+    assert [(f.index, f.kind) for f in light.failures] == [(0, "not")]
+    assert "the inner assertion passed but must fail" in light.failures[0].message
+    assert (result.summary.pass_rate, result.summary.score) == (0.5, 0.75)
+    assert (result.set_id, result.set_version, result.set_threshold) == ("s", "2", 0.7)

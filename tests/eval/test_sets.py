@@ -8,7 +8,7 @@ import pydantic
 import pytest
 import yaml
 
-from eval.sets import EvalSetError, MaxChars, NoToolCall, Regex, ToolCall, load_eval_set, parse_eval_set
+from eval.sets import EvalSetError, MaxChars, Not, NoToolCall, Regex, ToolCall, load_eval_set, parse_eval_set
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "eval" / "examples" / "smoke.yaml"
 
@@ -125,3 +125,50 @@ def test_unsupported_extension_and_missing_file_are_errors(tmp_path: Path) -> No
 def test_case_defaults_are_empty() -> None:
     case = parse_eval_set(minimal()).cases[0]
     assert (case.tools, case.tags, case.assertions) == (None, (), (MaxChars(limit=10),))
+
+
+def test_not_shorthand_and_full_forms_load_to_the_same_model_and_digest() -> None:
+    short = parse_eval_set(minimal(assertions=[{"not": {"regex": "^a"}}, {"not": {"no_tool_call": True}}]))
+    full = parse_eval_set(
+        minimal(
+            assertions=[
+                {"kind": "not", "assertion": {"kind": "regex", "pattern": "^a"}},
+                {"kind": "not", "assertion": {"kind": "no_tool_call"}},
+            ]
+        )
+    )
+    assert short == full
+    assert short.digest == full.digest
+    assert short.cases[0].assertions[0] == Not(assertion=Regex(pattern="^a"))
+
+
+def test_not_contains_still_loads_as_its_own_kind() -> None:
+    loaded = parse_eval_set(minimal(assertions=[{"not_contains": "x"}]))
+    assert loaded.cases[0].assertions[0].kind == "not_contains"
+
+
+def test_invalid_assertion_inside_not_is_reported_with_its_key_path() -> None:
+    assert problems_of(minimal(assertions=[{"not": {"max_chars": -1}}])) == [
+        "cases[0].assertions[0].not.assertion.max_chars.limit: Input should be greater than or equal to 0"
+    ]
+    assert problems_of(minimal(assertions=[{"not": {"regex": "("}}]))[0].startswith(
+        "cases[0].assertions[0].not.assertion.regex.pattern: invalid regular expression"
+    )
+
+
+def test_weight_and_threshold_default_to_one_and_validate() -> None:
+    loaded = parse_eval_set(minimal())
+    assert (loaded.threshold, loaded.cases[0].weight) == (1.0, 1.0)
+    weighted = parse_eval_set({**minimal(weight=2.5), "threshold": 0.8})
+    assert (weighted.threshold, weighted.cases[0].weight) == (0.8, 2.5)
+    assert problems_of(minimal(weight=0))[0].startswith("cases[0].weight: Input should be greater than 0")
+    assert problems_of({**minimal(), "threshold": 1.5})[0].startswith("threshold: Input should be less than")
+
+
+def test_default_weight_and_threshold_leave_the_digest_unchanged() -> None:
+    # Digests pinned before weights and thresholds existed must still match.
+    assert load_eval_set(EXAMPLE).digest == "11ca4ffbfdd661a85b30affe97cb91bbdd6428881b525140ac80600912ada98f"
+    plain = parse_eval_set(minimal()).digest
+    assert parse_eval_set({**minimal(weight=1), "threshold": 1}).digest == plain
+    assert parse_eval_set(minimal(weight=2)).digest != plain
+    assert parse_eval_set({**minimal(), "threshold": 0.9}).digest != plain
