@@ -143,8 +143,10 @@ def test_keep_last_must_be_positive(tmp_path: Path) -> None:
 
 
 def test_missing_torch_names_the_extra_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # A None entry makes any import of the name fail, whether or not torch is installed.
-    monkeypatch.setitem(sys.modules, "torch", None)
+    # A None entry makes any import of the name fail, whether or not torch is installed (or was
+    # already imported by another test in this process).
+    for name in ["torch", "torch.distributed", "torch.distributed.checkpoint"]:
+        monkeypatch.setitem(sys.modules, name, None)
     with pytest.raises(TrainingExtraMissingError, match=r"pip install 'agent-gateway\[train\]'"):
         save_checkpoint({}, tmp_path, "run", 1)
     assert not (tmp_path / "run").exists()
