@@ -20,7 +20,11 @@ def sim_pair() -> Iterator[list[Announced]]:
 
 
 @pytest.fixture
-def sims(sim_pair: list[Announced]) -> list[Announced]:
+def sims(sim_pair: list[Announced]) -> Iterator[list[Announced]]:
+    """The shared sims, healthy: faults a test sets are cleared before and after it, so tests
+    that use `sim_pair` directly never meet a leftover fault."""
     for sim in sim_pair:
         reset(sim)
-    return sim_pair
+    yield sim_pair
+    for sim in sim_pair:
+        reset(sim)

@@ -14,8 +14,8 @@ from tests.procs import gateway_config, running_gateway
 pytest.importorskip("litellm", reason="litellm is the optional [litellm] extra (installed by [dev])")
 
 
-def test_litellm_deployment_streams_the_same_text_as_the_backend(sim_pair: list[Announced], tmp_path: Path) -> None:
-    sim = sim_pair[0]
+def test_litellm_deployment_streams_the_same_text_as_the_backend(sims: list[Announced], tmp_path: Path) -> None:
+    sim = sims[0]  # `sims` resets the shared sims' faults left by earlier tests
     via_litellm = {
         "name": "through-litellm",
         "kind": "litellm",
