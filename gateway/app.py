@@ -24,6 +24,7 @@ from gateway.audit_records import AuditRequests
 from gateway.auth import Authenticate, Authenticator
 from gateway.backends.factory import build_backend
 from gateway.http.admin_api import build_admin_router
+from gateway.http.admin_pages import admin_page_routes
 from gateway.http.approvals_api import build_approvals_router
 from gateway.http.errors import install_error_handlers
 from gateway.http.health import HealthApi
@@ -181,6 +182,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
     app.include_router(build_admin_router(authenticator, keys, store))
     app.include_router(build_approvals_router(authenticator, approvals, policies))
     app.include_router(build_releases_router(authenticator, releases))
+    app.router.routes.extend(admin_page_routes())
     install_error_handlers(app)
     app.state.router = router
     app.state.quota = quota

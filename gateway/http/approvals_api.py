@@ -1,12 +1,9 @@
-"""`/admin/approvals` and `/admin/policies`: deciding held tool calls, reloading the policy file,
-and the approvals web page."""
+"""`/admin/approvals` and `/admin/policies`: deciding held tool calls, reloading the policy file."""
 
 # No `from __future__ import annotations`: FastAPI reads the endpoint annotations at runtime.
-from importlib.resources import files
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
-from fastapi.responses import HTMLResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.approvals import ApprovalService
@@ -64,10 +61,5 @@ def build_approvals_router(
         if problems:
             raise InvalidRequest("policy file rejected, the previous policy stays: " + "; ".join(problems))
         return {"reloaded": True, "policies": sorted(policies.engine.file.policies)}
-
-    @router.get("/ui/approvals", response_class=HTMLResponse, include_in_schema=False)
-    async def approvals_page() -> HTMLResponse:
-        # The page holds no data: it asks the API above with the key the approver types in.
-        return HTMLResponse(files("gateway.http.admin_ui").joinpath("approvals.html").read_text())
 
     return router

@@ -1,11 +1,9 @@
-"""`/admin/models/{model}/...`: release records, promotion, one-call rollback, and the releases page."""
+"""`/admin/models/{model}/...`: release records, promotion, one-call rollback."""
 
 # No `from __future__ import annotations`: FastAPI reads the endpoint annotations at runtime.
-from importlib.resources import files
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import HTMLResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.auth import Authenticator
@@ -89,9 +87,5 @@ def build_releases_router(authenticator: Authenticator, releases: ReleaseService
     @router.delete("/models/{model}/canary")
     async def end_canary(model: str, actor: Caller) -> dict[str, Any]:
         return await releases.end_canary(actor.key_id, model, "ended by an operator")
-
-    @router.get("/ui/releases", response_class=HTMLResponse, include_in_schema=False)
-    async def page() -> HTMLResponse:
-        return HTMLResponse(files("gateway.http.admin_ui").joinpath("releases.html").read_text())
 
     return router
