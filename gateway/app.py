@@ -36,6 +36,7 @@ from gateway.http.sessions_api import SessionsApi
 from gateway.keys import KeyService
 from gateway.pipeline import Call, Meter, ResolveModel, Stage, compose
 from gateway.quota import Admit
+from gateway.releases.candidate_path import CandidatePath
 from gateway.releases.checkpoints import CheckpointRegistry
 from gateway.releases.service import ActiveReleases, ReleaseService
 from gateway.releases.serving import ApplyRelease, ReleaseWatcher
@@ -128,6 +129,9 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
         Meter(),
     ]
     pipeline = compose(stages, Call(router))
+    releases.candidate_path = CandidatePath(
+        stages, Call(router), authenticator, model_names, settings.server.max_body_bytes
+    )
     # Taking over a dead replica's session: the caller is authenticated by the resume request; the
     # regenerated answer still passes the tool policy and is metered like any other.
     takeover = compose(

@@ -35,6 +35,9 @@ class SwitchBody(BaseModel):
 
     version: str | None = None
     reason: str = Field(default="", max_length=2000)
+    expected_active: str | None = Field(
+        default=None, description="rollback: only if this release is still the active one (no double rollback)"
+    )
 
 
 class CanaryBody(BaseModel):
@@ -74,9 +77,9 @@ def build_releases_router(authenticator: Authenticator, releases: ReleaseService
 
     @router.post("/models/{model}/rollback")
     async def rollback(model: str, actor: Caller, body: SwitchBody | None = None) -> dict[str, Any]:
-        """One call: back to the previous release, or to `version`."""
+        """One call: back one step through the activation history, or to `version`."""
         body = body or SwitchBody()
-        return await releases.rollback(actor, model, body.version, body.reason)
+        return await releases.rollback(actor, model, body.version, body.reason, body.expected_active)
 
     @router.post("/models/{model}/canary")
     async def start_canary(model: str, body: CanaryBody, actor: Caller) -> dict[str, Any]:

@@ -2,8 +2,8 @@
 and the one active release per logical model.
 
 Promotion runs a preflight (checkpoint manifest verifies, deployments healthy, eval set passes)
-before switching. Rollback switches back to the previous release (or a named one) after checking
-the target the same way, then probes it once more. A switch is a compare-and-set on the model's
+before switching. Rollback goes back through the activation history (history.py) or to a named
+release, after checking the target the same way, then probes it once more. A switch is a compare-and-set on the model's
 generation in the store: concurrent switches are serialized (one wins; a loser whose target is
 already active succeeds idempotently), and every replica notices the new generation within its
 poll interval (`ReleaseWatcher`).
@@ -25,12 +25,16 @@ from gateway.audit import AuditWriter
 from gateway.errors import Conflict, GatewayError, InvalidRequest, NotFound
 from gateway.principal import Principal, Scope
 from gateway.releases.canary import CanaryMonitor, Outcome
+from gateway.releases.candidate_path import BASE_URL as CANDIDATE_BASE_URL
+from gateway.releases.candidate_path import CandidatePath
 from gateway.releases.checkpoints import CheckpointRegistry, RegistryError
+from gateway.releases.history import rollback_target
 from gateway.releases.load_hooks import bring_up as bring_up_deployment
 from gateway.releases.smoke import run_smoke
 from gateway.routing.health import HealthMonitor
 from gateway.routing.router import Router
 from gateway.store.base import Store
+from gateway.store.release_record import HISTORY_CAP
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +93,8 @@ class ReleaseService:
         self.hook_processes: list[asyncio.subprocess.Process] = []  # started by command load hooks
         self.canary_monitor = CanaryMonitor()
         self._aborting: set[str] = set()
+        # Set by app.py: eval traffic through this gateway's own request path. The CLI has none.
+        self.candidate_path: CandidatePath | None = None
 
     def observe(self, model: str, outcome: Outcome) -> None:
         """One finished request; ends the canary (once) when its candidate breaches a threshold."""
@@ -159,21 +165,33 @@ class ReleaseService:
             "canary": await self._store.release_canary(model),
             "releases": await self._store.release_list(model),
             "history": await self._store.release_history(model, 50),
+            "rollback_target": await self.rollback_target(model),
         }
 
     # --- switching ----------------------------------------------------------------------------
     async def promote(self, actor: Principal, model: str, version: str, reason: str = "") -> dict[str, Any]:
         actor.require(Scope.ADMIN)
-        record = await self._release(model, version)
-        await self.preflight(record, run_evals=True)
+        record = await self.release(model, version)
+        await self.preflight(record, run_evals=True, actor=actor)
         return await self._switch(actor, model, version, "release.promote", reason)
 
     async def rollback(
-        self, actor: Principal, model: str, to_version: str | None = None, reason: str = ""
+        self,
+        actor: Principal,
+        model: str,
+        to_version: str | None = None,
+        reason: str = "",
+        expected_active: str | None = None,
     ) -> dict[str, Any]:
+        """`expected_active`: roll back only from that release, so that a repeated request (a double
+        click, a retry) cannot roll back a second step."""
         actor.require(Scope.ADMIN)
+        if expected_active is not None:
+            active, _ = await self._store.release_active(model)
+            if active != expected_active:
+                raise Conflict(f"{model}: the active release is {active}, not {expected_active}; nothing rolled back")
         target = to_version or await self._previous(model)
-        record = await self._release(model, target)
+        record = await self.release(model, target)
         # The old release passed its evals already; its deployments may need bringing back.
         await self.preflight(record, run_evals=False, bring_up=True)
         result = await self._switch(actor, model, target, "release.rollback", reason)
@@ -184,11 +202,13 @@ class ReleaseService:
             return {**result, "post_check": problem.message}
         return {**result, "post_check": "ok"}
 
-    async def preflight(self, record: dict[str, Any], *, run_evals: bool, bring_up: bool = False) -> None:
+    async def preflight(
+        self, record: dict[str, Any], *, run_evals: bool, bring_up: bool = False, actor: Principal | None = None
+    ) -> None:
         """Raise PreflightFailed naming every problem with this release."""
         problems = self._checkpoint_problems(record) + await self._health_problems(record, bring_up)
         if run_evals and not problems:
-            problems += await self._eval_problems(record)
+            problems += await self._eval_problems(record, actor)
         if not problems:
             problems += await self._smoke_problems(record)
         if problems:
@@ -227,7 +247,7 @@ class ReleaseService:
                 problems.append(problem)
         return problems
 
-    async def _eval_problems(self, record: dict[str, Any]) -> list[str]:
+    async def _eval_problems(self, record: dict[str, Any], actor: Principal | None) -> list[str]:
         pin = record.get("eval_set")
         if pin is None:
             return []
@@ -238,12 +258,14 @@ class ReleaseService:
         eval_set = load_eval_set(Path(pin["path"]))
         if eval_set.digest != pin["digest"]:
             return [f"eval set {pin['id']} changed since the release pinned it"]
-        group = self._group(record["model"])
-        target = next(d for d in group.deployments if d.name in record["deployments"])
-        settings = target.settings
-        result = await run_eval(eval_set, settings.api_base, settings.api_key, settings.model)
+        if self.candidate_path is None or actor is None:
+            return [f"eval set {pin['id']} runs through a gateway's request path: promote through the gateway"]
+        transport = self.candidate_path.transport(actor, record["version"])
+        result = await run_eval(eval_set, CANDIDATE_BASE_URL, None, record["model"], transport=transport)
         verdict = check_gate(result, Thresholds(min_pass_rate=record["thresholds"]["min_pass_rate"]))
-        return [] if verdict.passed else [f"eval set {pin['id']}: " + "; ".join(verdict.reasons)]
+        if verdict.passed:
+            return []
+        return [f"eval set {pin['id']}: " + "; ".join(verdict.reasons) + _failed_cases(result.cases)]
 
     async def _smoke_problems(self, record: dict[str, Any]) -> list[str]:
         smoke = record.get("smoke")
@@ -274,14 +296,17 @@ class ReleaseService:
                 return {"model": model, "active": version, "generation": new_generation, "changed": True}
         raise Conflict(f"{model}: the active release keeps changing; try again")
 
-    async def _previous(self, model: str) -> str:
+    async def rollback_target(self, model: str) -> str | None:
         active, _ = await self._store.release_active(model)
-        for entry in await self._store.release_history(model, 100):
-            if entry.get("to") == active and entry.get("from"):
-                return str(entry["from"])
-        raise InvalidRequest(f"{model} has no earlier release to roll back to; name one with to_version")
+        return rollback_target(await self._store.release_history(model, HISTORY_CAP), active)
 
-    async def _release(self, model: str, version: str) -> dict[str, Any]:
+    async def _previous(self, model: str) -> str:
+        target = await self.rollback_target(model)
+        if target is None:
+            raise InvalidRequest(f"{model} has no earlier release to roll back to; name one with to_version")
+        return target
+
+    async def release(self, model: str, version: str) -> dict[str, Any]:
         self._group(model)
         record = await self._store.release_get(model, version)
         if record is None:
@@ -316,11 +341,11 @@ class ReleaseService:
     ) -> dict[str, Any]:
         """Send `settings["share"]` of new requests to `version` after the same preflight as a promotion."""
         actor.require(Scope.ADMIN)
-        record = await self._release(model, version)
+        record = await self.release(model, version)
         active, generation = await self._store.release_active(model)
         if active is None or active == version:
             raise InvalidRequest(f"a canary needs an active release other than {version}", param="version")
-        await self.preflight(record, run_evals=True)
+        await self.preflight(record, run_evals=True, actor=actor)
         canary = {**settings, "version": version, "baseline": active, "started_at": self._clock(), "by": actor.key_id}
         won, new_generation = await self._store.release_set_canary(model, canary, generation)
         if not won:
@@ -362,6 +387,19 @@ class ReleaseService:
                 "reason": reason,
             }
         )
+
+
+_CASES_NAMED = 10  # a failed gate names this many failed cases, then counts the rest
+
+
+def _failed_cases(cases: Sequence[Any]) -> str:
+    failed = [c for c in cases if not c.passed]
+    named = []
+    for case in failed[:_CASES_NAMED]:
+        why = case.error or "; ".join(f"{f.kind}: {f.message}" for f in case.failures)
+        named.append(f"case {case.case_id} ({why})")
+    more = f"; and {len(failed) - _CASES_NAMED} more" if len(failed) > _CASES_NAMED else ""
+    return (" - failed: " + "; ".join(named) + more) if named else ""
 
 
 def _smoke_pin(spec: ReleaseSpec) -> dict[str, Any] | None:

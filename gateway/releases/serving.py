@@ -3,7 +3,8 @@
 `ReleaseWatcher` polls the store's generations so that a switch made on any replica (or by the
 CLI) reaches this one within `releases.watch_interval_s`. `ApplyRelease` puts the active release -
 or, for its share of traffic, the canary - on each new request and reports outcomes to the canary
-monitor.
+monitor; an admin key may pin any release with the `X-Gateway-Release` header (the preflight's
+evals do, see candidate_path.py). Every answer names its release in the same header.
 """
 
 from __future__ import annotations
@@ -16,11 +17,15 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 from gateway.backends.base import Chunk
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, PermissionDenied
 from gateway.pipeline import Handler, RequestContext
+from gateway.principal import Scope
 from gateway.releases.canary import Outcome
+from gateway.releases.candidate_path import RELEASE_HEADER
 from gateway.releases.service import ActiveReleases, ReleaseService
 from gateway.store.base import Store
+
+RELEASE_RESPONSE_HEADER = "X-Gateway-Release"  # on every answer: which release produced it
 
 
 class ReleaseWatcher:
@@ -51,6 +56,13 @@ class ApplyRelease:
         self._rng = rng or random.Random()
 
     async def __call__(self, ctx: RequestContext, call_next: Handler) -> AsyncGenerator[Chunk, None]:
+        pinned = ctx.headers.get(RELEASE_HEADER)
+        if pinned:
+            _apply(ctx, await self._pinned(ctx, pinned))
+            async with contextlib.aclosing(call_next(ctx)) as chunks:
+                async for chunk in chunks:
+                    yield chunk
+            return
         record = self._active.records.get(ctx.model)
         canary = self._active.canaries.get(ctx.model)
         on_canary = canary is not None and self._rng.random() < float(canary["share"])
@@ -69,9 +81,18 @@ class ApplyRelease:
                 tpot = ctx.route.attempts[-1].tpot_s if ctx.route.attempts else None
                 self._service.observe(ctx.model, Outcome(time.monotonic(), on_canary, ok, ctx.ttft_s, tpot))
 
+    async def _pinned(self, ctx: RequestContext, version: str) -> dict[str, Any]:
+        """An admin may address any release (the preflight does): how a candidate is tried as users
+        would get it before it is active. Chat keys may not choose."""
+        assert ctx.principal is not None
+        if Scope.ADMIN.value not in ctx.principal.scopes:
+            raise PermissionDenied(f"only an admin key may address a release with {RELEASE_HEADER}")
+        return await self._service.release(ctx.model, version)
+
 
 def _apply(ctx: RequestContext, record: dict[str, Any]) -> None:
     ctx.release = record["version"]
+    ctx.response_headers[RELEASE_RESPONSE_HEADER] = record["version"]
     ctx.deployments = frozenset(record["deployments"])
     system_prompt = record["prompt"]["system_prompt"]
     prompt_message = {"role": "system", "content": system_prompt}

@@ -15,13 +15,23 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from gateway.auth import new_secret
 from gateway.cli.main import cli
 from gateway.cli.processes import Announced
 from gateway.releases.checkpoints import CheckpointRegistry
-from tests.procs import Gateway, delete_redis_prefix, deployment, gateway_config, redis_store_config, running_gateway
+from tests.procs import (
+    WEATHER_POLICY,
+    Gateway,
+    delete_redis_prefix,
+    deployment,
+    gateway_config,
+    policy_file,
+    redis_store_config,
+    running_gateway,
+)
 
 MODEL = "sim-model"
 QUESTION = [{"role": "user", "content": "which release answers?"}]
@@ -83,6 +93,8 @@ def setup(sim_pair: list[Announced], tmp_path: Path) -> Iterator[dict[str, Any]]
         deployment("new", sim_pair[1], priority=1),
         store=redis_store_config(prefix),
         releases={"checkpoint_registry": str(registry_root), "watch_interval_s": 0.1},
+        # The eval gate runs as the promoting key: the bootstrap admin (tenant "*") gets the users' policy.
+        tools={"policy_file": policy_file(tmp_path, WEATHER_POLICY.replace("acme: agent", "acme: agent, '*': agent"))},
     )
     admin_key = new_secret()
     try:
@@ -232,13 +244,29 @@ def test_roll_back_button_on_the_releases_page(setup: dict[str, Any], tmp_path: 
         driver.find_element(By.ID, "key").send_keys(one.admin_key)
         driver.find_element(By.ID, "load").click()
         WebDriverWait(driver, 15).until(until.text_to_be_present_in_element((By.ID, "status"), "active: v2"))
-        driver.find_element(By.ID, "rollback").click()
+        button = driver.find_element(By.ID, "rollback")
+        WebDriverWait(driver, 15).until(until.text_to_be_present_in_element((By.ID, "rollback"), "Roll back to v1"))
+        button.click()
+        confirm = driver.find_element(By.ID, "confirm-rollback")
+        assert "v2" in driver.find_element(By.ID, "confirm-box").text  # what is rolled back, to what
+        confirm.click()  # without a reason: refused on the page, nothing sent
+        assert "reason" in driver.find_element(By.ID, "status").text
+        assert overview(one)["active"] == "v2"
+        driver.find_element(By.ID, "reason").send_keys("TPOT regression")
+        driver.execute_script(
+            "document.getElementById('confirm-rollback').click();document.getElementById('confirm-rollback').click();"
+        )  # a double click
         WebDriverWait(driver, 15).until(
             until.text_to_be_present_in_element((By.ID, "status"), "rolled back: active v1")
         )
+        screenshots = Path(__file__).resolve().parents[2] / "test-artifacts"
+        screenshots.mkdir(exist_ok=True)
+        driver.save_screenshot(str(screenshots / "releases-page.png"))
     finally:
         driver.quit()
     assert wait_for_answer(two, setup["texts"]["v1"], within_s=1.0) < 1.0
+    rollbacks = [h for h in overview(one)["history"] if h["action"] == "release.rollback"]
+    assert [(h["from"], h["to"], h["reason"]) for h in rollbacks] == [("v2", "v1", "TPOT regression")]
 
 
 def test_rollback_runs_the_load_hook_of_a_stopped_deployment(sim_pair: list[Announced], tmp_path: Path) -> None:
@@ -351,3 +379,107 @@ def test_a_failing_canary_is_rolled_back_automatically(sims: list[Announced], tm
         rollbacks = [r for r in audit.json()["data"] if r["action"] == "release.canary.rollback"]
         assert rollbacks
         assert "error rate" in rollbacks[0]["reason"]
+
+
+def create(gateway: Gateway, **spec: Any) -> None:
+    url = f"{gateway.url}/admin/models/{MODEL}/releases"
+    reply = httpx.post(url, json=spec, headers=gateway.headers(gateway.admin_key), timeout=10)
+    assert reply.status_code == 201, reply.text
+
+
+def overview(gateway: Gateway) -> dict[str, Any]:
+    url = f"{gateway.url}/admin/models/{MODEL}/releases"
+    reply = httpx.get(url, headers=gateway.headers(gateway.admin_key), timeout=10)
+    reply.raise_for_status()
+    return dict(reply.json())
+
+
+def test_rollback_walks_back_through_the_activation_history(setup: dict[str, Any]) -> None:
+    one, _ = setup["replicas"]
+    create(one, version="v3", deployments=["new"], system_prompt="You are v3.")
+    for version in ("v1", "v2", "v3"):
+        admin(one, "promote", {"version": version}).raise_for_status()
+    assert overview(one)["rollback_target"] == "v2"
+    assert admin(one, "rollback", {"reason": "first"}).json()["active"] == "v2"
+    assert overview(one)["rollback_target"] == "v1"
+    assert admin(one, "rollback", {"reason": "second"}).json()["active"] == "v1"
+    third = admin(one, "rollback", {"reason": "third"})
+    assert third.status_code == 400, third.text  # never back to the release just rolled back from
+    assert overview(one)["active"] == "v1"
+    assert overview(one)["rollback_target"] is None
+    # Naming a release still works, and promoting again starts a new walk from there.
+    assert admin(one, "rollback", {"version": "v3"}).json()["active"] == "v3"
+    assert admin(one, "rollback", {}).json()["active"] == "v1"
+
+
+def test_a_second_plain_rollback_does_not_reactivate_the_release_rolled_back_from(setup: dict[str, Any]) -> None:
+    one, _ = setup["replicas"]
+    admin(one, "promote", {"version": "v1"}).raise_for_status()
+    admin(one, "promote", {"version": "v2"}).raise_for_status()
+    assert admin(one, "rollback", {}).json()["active"] == "v1"
+    again = admin(one, "rollback", {})
+    assert again.status_code == 400, again.text
+    assert "no earlier release" in again.json()["error"]["message"]
+    assert overview(one)["active"] == "v1"
+
+
+def test_a_repeated_rollback_from_the_same_release_rolls_back_once(setup: dict[str, Any]) -> None:
+    one, two = setup["replicas"]
+    create(one, version="v3", deployments=["new"], system_prompt="You are v3.")
+    for version in ("v1", "v2", "v3"):
+        admin(one, "promote", {"version": version}).raise_for_status()
+    first = admin(one, "rollback", {"expected_active": "v3", "reason": "double click"})
+    second = admin(two, "rollback", {"expected_active": "v3", "reason": "double click"})
+    assert first.json()["active"] == "v2"
+    assert second.status_code == 409, second.text
+    assert "v2" in second.json()["error"]["message"]
+    assert overview(one)["active"] == "v2"
+
+
+def eval_set_expecting(path: Path, text: str, case_id: str = "answers-as-v2") -> Path:
+    """An eval set whose one case passes only when the release's prompt is in front (the sim's
+    answer depends on every message), like a real prompt the model needs to behave."""
+    case = {"id": case_id, "messages": QUESTION, "request": {"max_tokens": 6, "temperature": 0},
+            "assertions": [{"equals": text}]}  # fmt: skip
+    path.write_text(yaml.safe_dump({"id": f"prompted-{case_id}", "version": 1, "cases": [case]}))
+    return path
+
+
+def test_the_eval_gate_runs_through_the_gateway_with_the_candidates_prompt(
+    setup: dict[str, Any], tmp_path: Path
+) -> None:
+    one, _ = setup["replicas"]
+    admin(one, "promote", {"version": "v1"}).raise_for_status()
+    passing = eval_set_expecting(tmp_path / "passing.yaml", setup["texts"]["v2"])
+    failing = eval_set_expecting(tmp_path / "failing.yaml", "words the sim never says", "never-said")
+    create(one, version="v3", deployments=["new"], system_prompt="You are v2.", eval_set=str(passing))
+    create(one, version="v4", deployments=["new"], system_prompt="You are v2.", eval_set=str(failing))
+
+    promoted = admin(one, "promote", {"version": "v3"})
+    assert promoted.status_code == 200, promoted.text  # scored 0% against the bare model server
+    refused = admin(one, "promote", {"version": "v4"})
+    assert refused.status_code == 409, refused.text
+    message = refused.json()["error"]["message"]
+    assert "case never-said (equals" in message, message  # which case failed, and why
+    audit = httpx.get(
+        f"{one.url}/admin/audit", params={"kind": "request", "limit": 1000}, headers=one.headers(one.admin_key),
+        timeout=10,
+    ).json()["data"]  # fmt: skip
+    assert {"v3", "v4"} <= {r["release"] for r in audit}, "the eval requests went through the gateway, pinned"
+
+
+def test_an_admin_key_can_address_a_release_that_is_not_active(setup: dict[str, Any]) -> None:
+    one, _ = setup["replicas"]
+    admin(one, "promote", {"version": "v1"}).raise_for_status()
+    body = {"model": MODEL, "messages": QUESTION, "max_tokens": 6}
+    url = f"{one.url}/v1/chat/completions"
+    pinned = httpx.post(url, json=body, headers={**one.headers(one.admin_key), "X-Gateway-Release": "v2"}, timeout=10)
+    assert pinned.status_code == 200, pinned.text
+    assert pinned.json()["choices"][0]["message"]["content"] == setup["texts"]["v2"]
+    assert pinned.headers["X-Gateway-Release"] == "v2"
+    plain = httpx.post(url, json=body, headers=one.headers(), timeout=10)
+    assert plain.headers["X-Gateway-Release"] == "v1"  # which release answered
+    refused = httpx.post(url, json=body, headers={**one.headers(), "X-Gateway-Release": "v2"}, timeout=10)
+    assert refused.status_code == 403, refused.text  # a chat key cannot pick a release
+    unknown = httpx.post(url, json=body, headers={**one.headers(one.admin_key), "X-Gateway-Release": "v9"}, timeout=10)
+    assert unknown.status_code == 404, unknown.text
