@@ -1,15 +1,20 @@
 """`gateway releases create | list | promote | rollback MODEL`, on the store named by --config.
 
-A switch made here reaches every running replica within `releases.watch_interval_s`.
+A switch made here reaches every running replica within `releases.watch_interval_s`. With
+`--gateway URL` (and GATEWAY_ADMIN_KEY) promote and rollback ask a running gateway instead: its eval
+gate runs through the gateway's request path, and load hooks start servers on the gateway's
+machine, never on the operator's; without it, such a preflight is refused rather than run here.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+import httpx
 import orjson
 
 from gateway.cli.context import CliContext, config_option, run
@@ -30,6 +35,7 @@ def _with_service(work: Callable[[ReleaseService, CliContext], Awaitable[T]]) ->
         registry = CheckpointRegistry(registry_root) if registry_root else None
         health = HealthMonitor(deployments, ctx.settings.routing.health)
         service = ReleaseService(ctx.store, ctx.audit, router, health, registry, ActiveReleases())
+        service.run_load_hooks = False
         try:
             return await work(service, ctx)
         finally:
@@ -41,6 +47,38 @@ def _with_service(work: Callable[[ReleaseService, CliContext], Awaitable[T]]) ->
 
 def _print(payload: Any) -> None:
     click.echo(orjson.dumps(payload, option=orjson.OPT_INDENT_2).decode())
+
+
+gateway_option = click.option(
+    "--gateway",
+    "gateway_url",
+    default=None,
+    envvar="GATEWAY_URL",
+    help="ask this running gateway (admin key from GATEWAY_ADMIN_KEY) instead of switching from here",
+)
+_GATEWAY_TIMEOUT = httpx.Timeout(900.0, connect=10.0)  # a rollback may wait for a load hook's server
+
+
+def _ask_gateway(url: str, model: str, action: str, body: dict[str, Any]) -> Any:
+    key = os.environ.get("GATEWAY_ADMIN_KEY", "")
+    if not key:
+        raise click.ClickException("--gateway needs the admin key in GATEWAY_ADMIN_KEY")
+    try:
+        reply = httpx.post(
+            f"{url.rstrip('/')}/admin/models/{model}/{action}",
+            json=body,
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=_GATEWAY_TIMEOUT,
+        )
+    except httpx.HTTPError as error:
+        raise click.ClickException(f"could not reach the gateway at {url}: {error!r}") from None
+    try:
+        payload = reply.json()
+    except ValueError:
+        payload = {"error": {"message": reply.text[:500]}}
+    if reply.status_code >= 400:
+        raise click.ClickException(f"{reply.status_code}: {payload.get('error', {}).get('message', payload)}")
+    return payload
 
 
 @click.group("releases")
@@ -81,19 +119,29 @@ def list_command(config_path: Path, model: str) -> None:
 
 @releases_group.command("promote")
 @config_option
+@gateway_option
 @click.argument("model")
 @click.argument("version")
 @click.option("--reason", default="")
-def promote_command(config_path: Path, model: str, version: str, reason: str) -> None:
-    """Preflight (checkpoint, health, evals), then make VERSION active."""
+def promote_command(config_path: Path, gateway_url: str | None, model: str, version: str, reason: str) -> None:
+    """Preflight (checkpoint, health, evals through the gateway), then make VERSION active."""
+    if gateway_url:
+        _print(_ask_gateway(gateway_url, model, "promote", {"version": version, "reason": reason}))
+        return
     _print(run(config_path, _with_service(lambda s, ctx: s.promote(ctx.operator, model, version, reason))))
 
 
 @releases_group.command("rollback")
 @config_option
+@gateway_option
 @click.argument("model")
-@click.option("--to", "to_version", default=None, help="default: the release before the active one")
+@click.option("--to", "to_version", default=None, help="default: one step back through the activation history")
 @click.option("--reason", default="")
-def rollback_command(config_path: Path, model: str, to_version: str | None, reason: str) -> None:
+def rollback_command(
+    config_path: Path, gateway_url: str | None, model: str, to_version: str | None, reason: str
+) -> None:
     """Switch back, verified before and after the switch."""
+    if gateway_url:
+        _print(_ask_gateway(gateway_url, model, "rollback", {"version": to_version, "reason": reason}))
+        return
     _print(run(config_path, _with_service(lambda s, ctx: s.rollback(ctx.operator, model, to_version, reason))))

@@ -4,19 +4,32 @@
 an adapter release is one request with the release's checkpoint path. `command`: anything else
 (start a server, scale a deployment); the command is started and left running, since it may be the
 server itself. Either way the deployment counts as back only once its health probe answers.
+
+A command is started with `subprocess.Popen`, not the event loop's subprocess support: under uvloop
+that does not close inherited descriptors, and the gateway's listening socket is inheritable, so a
+model server started by a hook kept the gateway's port after the gateway stopped. It gets its own
+session (a signal to the gateway's process group does not reach it) and writes its output to a
+file named in the gateway's log; its last lines go into the log and the refusal when it fails.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import subprocess
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import httpx
 
 from gateway.settings import DeploymentSettings, LoadHook, LoadHookKind
 
+log = logging.getLogger(__name__)
+
 _POLL_S = 0.2
+_TAIL_BYTES = 600
 
 
 async def bring_up(
@@ -24,30 +37,55 @@ async def bring_up(
     hook: LoadHook,
     checkpoint_path: str | None,
     healthy: Callable[[], Awaitable[bool]],
-    started: list[asyncio.subprocess.Process],
+    started: list[subprocess.Popen[bytes]],
 ) -> str | None:
     """Run the hook and wait for health; None when the deployment is back, else the problem."""
+    process: subprocess.Popen[bytes] | None = None
+    output: Path | None = None
     if hook.kind is LoadHookKind.COMMAND:
-        # Not awaited: the command may be the server itself, which must outlive this request.
-        started.append(
-            await asyncio.create_subprocess_exec(
-                *hook.command,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        )
+        launched, output = await asyncio.to_thread(_start, deployment.name, hook.command)
+        started.append(launched)  # not waited for: the command may be the server itself
+        process = launched
     else:
         problem = await _load_lora(deployment, hook, checkpoint_path)
         if problem:
             return problem
     deadline = time.monotonic() + hook.timeout_s
     while not await healthy():
+        # A launcher (docker start, kubectl scale) exits 0 and the server comes up later; a failure
+        # exits non-zero, and waiting out the timeout would only hide it.
+        if process is not None and output is not None and process.poll() not in (None, 0):
+            tail = _tail(output)
+            log.error("load hook of %s exited with status %s: %s", deployment.name, process.returncode, tail)
+            return f"deployment {deployment.name}: its load hook exited with status {process.returncode}: {tail}"
         if time.monotonic() >= deadline:
             return f"deployment {deployment.name} was not healthy {hook.timeout_s:g}s after its load hook"
         await asyncio.sleep(_POLL_S)
     return None
+
+
+def _start(name: str, command: list[str]) -> tuple[subprocess.Popen[bytes], Path]:
+    with tempfile.NamedTemporaryFile(prefix=f"agw-load-hook-{name}-", suffix=".log", delete=False) as sink:
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            close_fds=True,
+            start_new_session=True,
+        )
+    log.info("load hook of %s started (pid %d), its output goes to %s", name, process.pid, sink.name)
+    return process, Path(sink.name)
+
+
+def _tail(output: Path) -> str:
+    try:
+        with output.open("rb") as file:
+            file.seek(max(0, output.stat().st_size - _TAIL_BYTES))
+            text = file.read().decode(errors="replace")
+    except OSError as error:
+        return f"(its output {output} is unreadable: {error.strerror})"
+    return " | ".join(line.strip() for line in text.splitlines() if line.strip()) or "(no output)"
 
 
 async def _load_lora(deployment: DeploymentSettings, hook: LoadHook, checkpoint_path: str | None) -> str | None:

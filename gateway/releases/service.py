@@ -15,6 +15,7 @@ import asyncio
 import functools
 import hashlib
 import logging
+import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -90,7 +91,9 @@ class ReleaseService:
         self._checkpoints = checkpoints
         self.active = active
         self._clock = clock
-        self.hook_processes: list[asyncio.subprocess.Process] = []  # started by command load hooks
+        self.hook_processes: list[subprocess.Popen[bytes]] = []  # started by command load hooks
+        # The CLI's service runs none: a hook starts servers, which belong on the gateway's machine.
+        self.run_load_hooks = True
         self.canary_monitor = CanaryMonitor()
         self._aborting: set[str] = set()
         # Set by app.py: eval traffic through this gateway's own request path. The CLI has none.
@@ -234,6 +237,12 @@ class ReleaseService:
                 continue
             if not (bring_up and hook):
                 problems.append(f"deployment {deployment.name} is not healthy")
+                continue
+            if not self.run_load_hooks:
+                problems.append(
+                    f"deployment {deployment.name} is not healthy and its load hook runs only in the gateway:"
+                    " roll back through the gateway (gateway releases rollback --gateway URL, or the admin API)"
+                )
                 continue
             checkpoint = (record.get("checkpoint") or {}).get("path")
             problem = await bring_up_deployment(

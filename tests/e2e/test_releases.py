@@ -4,7 +4,11 @@ reaching both replicas, refusals when the target is broken, the CLI and the page
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
+import signal
+import socket
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -269,20 +273,37 @@ def test_roll_back_button_on_the_releases_page(setup: dict[str, Any], tmp_path: 
     assert [(h["from"], h["to"], h["reason"]) for h in rollbacks] == [("v2", "v1", "TPOT regression")]
 
 
-def test_rollback_runs_the_load_hook_of_a_stopped_deployment(sim_pair: list[Announced], tmp_path: Path) -> None:
-    import os
-    import signal
-    import socket
-    import sys
-
-    from tests.procs import start_sim
-
+def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+        return int(probe.getsockname()[1])
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def hooked_releases(gateway: Gateway) -> None:
+    """v1 on the hooked deployment "old", v2 on "new", both promoted in that order."""
+    for version, name in (("v1", "old"), ("v2", "new")):
+        create(gateway, version=version, deployments=[name])
+        admin(gateway, "promote", {"version": version}).raise_for_status()
+
+
+def test_rollback_runs_the_load_hook_of_a_stopped_deployment(sim_pair: list[Announced], tmp_path: Path) -> None:
+    from tests.procs import start_sim
+
+    port = free_port()
     pidfile = tmp_path / "hook.pid"
     start = (
-        f"echo $$ > {pidfile}; exec {sys.executable} -m gateway.sim --port {port} --ttft-ms 5 --tpot-ms 1 --jitter 0"
+        f"echo $$ > {pidfile}; echo hook says hello; "
+        f"exec {sys.executable} -m gateway.sim --port {port} --ttft-ms 5 --tpot-ms 1 --jitter 0"
     )
     old = start_sim(port=port)
     old_deployment = {
@@ -295,25 +316,81 @@ def test_rollback_runs_the_load_hook_of_a_stopped_deployment(sim_pair: list[Anno
     )
     try:
         with running_gateway(tmp_path, config) as gateway:
-            for version, name in (("v1", "old"), ("v2", "new")):
-                body = {"version": version, "deployments": [name]}
-                url = f"{gateway.url}/admin/models/{MODEL}/releases"
-                assert (
-                    httpx.post(url, json=body, headers=gateway.headers(gateway.admin_key), timeout=10).status_code
-                    == 201
-                )
-                admin(gateway, "promote", {"version": version}).raise_for_status()
+            hooked_releases(gateway)
             old.stop()  # the old deployment is gone; a rollback must bring it back first
             rolled = admin(gateway, "rollback", {"reason": "bring v1 back"})
             assert rolled.status_code == 200, rolled.text
             assert rolled.json()["active"] == "v1"
             body = {"model": MODEL, "messages": QUESTION, "max_tokens": 3}
-            assert (
-                httpx.post(
-                    f"{gateway.url}/v1/chat/completions", json=body, headers=gateway.headers(), timeout=10
-                ).status_code
-                == 200
-            )
+            url = f"{gateway.url}/v1/chat/completions"
+            assert httpx.post(url, json=body, headers=gateway.headers(), timeout=10).status_code == 200
+            gateway_port = int(gateway.url.rsplit(":", 1)[1])
+        # The server the hook started outlives the gateway, but must not hold the gateway's socket.
+        assert Path(f"/proc/{int(pidfile.read_text())}").exists()
+        assert port_is_free(gateway_port), "the hook's process inherited the gateway's listening socket"
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(f"http://127.0.0.1:{gateway_port}/healthz", timeout=5)
+    finally:
+        if pidfile.exists():
+            os.kill(int(pidfile.read_text()), signal.SIGKILL)
+        old.stop()
+        delete_redis_prefix(prefix)
+
+
+def test_a_load_hook_that_exits_early_fails_the_rollback_at_once(sim_pair: list[Announced], tmp_path: Path) -> None:
+    from tests.procs import start_sim
+
+    old = start_sim(port=free_port())
+    failing = {"kind": "command", "command": ["sh", "-c", "echo no GPU left >&2; exit 3"], "timeout_s": 300}
+    prefix = f"agw-test-{uuid.uuid4().hex[:12]}"
+    config = gateway_config(
+        {**deployment("old", old), "load_hook": failing},
+        deployment("new", sim_pair[1], priority=1),
+        store=redis_store_config(prefix),
+    )
+    try:
+        with running_gateway(tmp_path, config) as gateway:
+            hooked_releases(gateway)
+            old.stop()
+            refused = admin(gateway, "rollback", {"reason": "bring v1 back"})  # 60 s client timeout < 300 s
+            assert refused.status_code == 409, refused.text
+            message = refused.json()["error"]["message"]
+            assert "exited with status 3" in message, message
+            assert "no GPU left" in message, message
+            assert overview(gateway)["active"] == "v2"
+    finally:
+        old.stop()
+        delete_redis_prefix(prefix)
+
+
+def test_a_cli_rollback_asks_the_gateway_and_runs_no_hook_locally(sim_pair: list[Announced], tmp_path: Path) -> None:
+    from tests.procs import start_sim
+
+    port = free_port()
+    pidfile = tmp_path / "hook.pid"
+    start = f"echo $$ > {pidfile}; exec {sys.executable} -m gateway.sim --port {port} --ttft-ms 5 --tpot-ms 1"
+    old = start_sim(port=port)
+    hook = {"kind": "command", "command": ["sh", "-c", start], "timeout_s": 30}
+    prefix = f"agw-test-{uuid.uuid4().hex[:12]}"
+    config = gateway_config(
+        {**deployment("old", old), "load_hook": hook},
+        deployment("new", sim_pair[1], priority=1),
+        store=redis_store_config(prefix),
+    )
+    try:
+        with running_gateway(tmp_path, config) as gateway:
+            hooked_releases(gateway)
+            old.stop()
+            command = ["releases", "rollback", MODEL, "--config", str(gateway.config_path), "--reason", "cli"]
+            local = CliRunner().invoke(cli, command)
+            assert local.exit_code != 0, local.output
+            assert "--gateway" in local.output, local.output
+            assert not pidfile.exists(), "the CLI ran the load hook on the operator's machine"
+            env = {"GATEWAY_ADMIN_KEY": gateway.admin_key}
+            remote = CliRunner().invoke(cli, [*command, "--gateway", gateway.url], env=env)
+            assert remote.exit_code == 0, remote.output
+            assert '"active": "v1"' in remote.output
+            assert pidfile.exists(), "the gateway ran the hook"
     finally:
         if pidfile.exists():
             os.kill(int(pidfile.read_text()), signal.SIGKILL)
