@@ -25,7 +25,7 @@ from gateway.auth import Authenticate, Authenticator
 from gateway.backends.factory import build_backend
 from gateway.http.admin_api import build_admin_router
 from gateway.http.admin_pages import admin_page_routes
-from gateway.http.approvals_api import build_approvals_router
+from gateway.http.approvals_api import build_approval_status_router, build_approvals_router
 from gateway.http.errors import install_error_handlers
 from gateway.http.health import HealthApi
 from gateway.http.metrics_api import MetricsApi
@@ -49,7 +49,7 @@ from gateway.settings import Settings
 from gateway.store.base import Store
 from gateway.store.factory import open_store
 from gateway.telemetry import Telemetry
-from gateway.tool_policy import PolicyHolder, ToolPolicy
+from gateway.tool_policy import CollectApproval, PolicyHolder, ToolPolicy
 from gateway.trace_stage import TraceRequests
 
 log = logging.getLogger(__name__)
@@ -114,7 +114,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
     releases = ReleaseService(store, audit, router, health, checkpoint_registry, active_releases)
     release_watcher = ReleaseWatcher(store, releases, settings.releases.watch_interval_s)
 
-    tool_policy = ToolPolicy(policies, approvals, audit, settings.tools.wait_poll_s)
+    tool_policy = ToolPolicy(policies, approvals, audit, settings.tools.wait_poll_s, settings.tools.wait_keepalive_s)
     stages: list[Stage] = [
         TraceRequests(telemetry, model_names),  # outermost: refusals are traced and counted too
         audit_requests,  # refusals are recorded too
@@ -127,6 +127,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
         tool_policy,
         quota,
         Meter(),
+        CollectApproval(approvals),  # X-Approval-Id: answered here, after admission, without a model
     ]
     pipeline = compose(stages, Call(router))
     releases.candidate_path = CandidatePath(
@@ -135,7 +136,14 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
     # Taking over a dead replica's session: the caller is authenticated by the resume request; the
     # regenerated answer still passes the tool policy and is metered like any other.
     takeover = compose(
-        [TraceRequests(telemetry, model_names, "session takeover"), audit_requests, tool_policy, quota, Meter()],
+        [
+            TraceRequests(telemetry, model_names, "session takeover"),
+            audit_requests,
+            tool_policy,
+            quota,
+            Meter(),
+            CollectApproval(approvals),
+        ],
         Call(router),
     )
     replica_id = f"replica-{uuid.uuid4().hex[:12]}"
@@ -185,6 +193,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
     app.router.routes.extend(MetricsApi(telemetry.registry).routes())
     app.include_router(build_admin_router(authenticator, keys, store))
     app.include_router(build_approvals_router(authenticator, approvals, policies))
+    app.include_router(build_approval_status_router(authenticator, approvals))
     app.include_router(build_releases_router(authenticator, releases))
     app.router.routes.extend(admin_page_routes())
     install_error_handlers(app)

@@ -3,7 +3,9 @@
 An approval binds the exact call: tool name and the SHA-256 of its canonical arguments. Approving
 issues a token (HMAC over approval id, tool, argument hash and expiry) that travels with the
 released call, so a tool server can check with `policies.verify_approval_token` that what it is
-about to run is what was approved. Expiry counts as rejection. An approver needs the `approver`
+about to run is what was approved. Expiry counts as rejection; a wait that ends undecided expires
+the approval in the store. A deferred call is collected once, by the key that asked, with the
+conversation that led to it. An approver needs the `approver`
 scope in the same tenant and may not approve a call made with their own key; of two concurrent
 decisions exactly one wins (the store decides atomically).
 """
@@ -11,16 +13,19 @@ decisions exactly one wins (the store decides atomically).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import secrets
 import time
 from collections.abc import Callable
 from typing import Any
 
+import orjson
+
 from gateway.audit import AuditWriter
-from gateway.errors import Conflict, NotFound, PermissionDenied
+from gateway.errors import Conflict, InvalidRequest, NotFound, PermissionDenied
 from gateway.principal import Principal, Scope
 from gateway.store.base import Store
-from policies import NeedsApproval, arguments_sha256, issue_approval_token
+from policies import ApprovalMode, NeedsApproval, arguments_sha256, issue_approval_token
 
 PENDING, APPROVED, REJECTED, EXPIRED = "pending", "approved", "rejected", "expired"
 _KEEP_AFTER_EXPIRY_S = 7 * 86_400  # decided approvals stay readable for the audit trail
@@ -40,7 +45,14 @@ class ApprovalService:
         return self._secret
 
     async def request(
-        self, principal: Principal, session_id: str | None, call_id: str, tool: str, arguments: str, need: NeedsApproval
+        self,
+        principal: Principal,
+        session_id: str | None,
+        call_id: str,
+        tool: str,
+        arguments: str,
+        need: NeedsApproval,
+        conversation: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
         now = self._clock()
         record = {
@@ -57,7 +69,10 @@ class ApprovalService:
             "requested_at": now,
             "expires_at": now + need.ttl_s,
             "status": PENDING,
+            "conversation_sha256": conversation_sha256(conversation or []),
         }
+        if need.mode is ApprovalMode.WAIT:
+            record["wait_deadline"] = now + need.timeout_s
         await self._store.approval_put(record, _KEEP_AFTER_EXPIRY_S)
         return record
 
@@ -68,15 +83,65 @@ class ApprovalService:
         return record
 
     async def wait(self, tenant: str, approval_id: str, timeout_s: float, poll_s: float) -> dict[str, Any]:
-        """The record once decided or expired; after `timeout_s` still pending counts as expired."""
+        """The record once decided or expired. Still pending after `timeout_s`, it is expired in the
+        store: nobody waits for the decision any more, so a late approval must not succeed."""
         deadline = time.monotonic() + timeout_s
         while True:
             record = await self.lookup(tenant, approval_id)
             if record["status"] != PENDING:
                 return record
             if time.monotonic() >= deadline:
-                return {**record, "status": EXPIRED}
+                return await self._expire(record, f"nobody decided within the wait ({timeout_s:g}s)")
             await asyncio.sleep(poll_s)
+
+    async def _expire(self, record: dict[str, Any], reason: str) -> dict[str, Any]:
+        decision = {"status": EXPIRED, "decided_by": "gateway", "decided_at": self._clock(), "decision_reason": reason}
+        won, current = await self._store.approval_decide(record["tenant"], record["id"], decision)
+        if not won:  # decided at the last moment (or lapsed): that stands
+            return current or {**record, "status": EXPIRED}
+        await self._audit.submit(
+            {
+                "kind": "admin",
+                "action": "approval.expired",
+                "actor": "gateway",
+                "tenant": record["tenant"],
+                "target": record["id"],
+                "before": {"status": PENDING},
+                "after": {"status": EXPIRED, "tool": record["tool"], "arguments_sha256": record["arguments_sha256"]},
+                "reason": reason,
+            }
+        )
+        return current or {**record, **decision}
+
+    async def status(self, principal: Principal, approval_id: str) -> dict[str, Any]:
+        """For the agent that asked: where its held call stands (not the call: that is delivered)."""
+        record = await self._store.approval_get(principal.tenant, approval_id)
+        if record is None or record["key_id"] != principal.key_id:
+            raise NotFound(f"approval '{approval_id}' not found")
+        fields = ("id", "tool", "mode", "status", "requested_at", "wait_deadline", "expires_at", "decided_at")
+        view = {name: record.get(name) for name in fields}
+        view["decision_reason"] = record.get("decision_reason")
+        return view
+
+    async def collect(
+        self, principal: Principal, approval_id: str, conversation: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        """The decided approval, for the key that asked and the conversation that led to it, once."""
+        record = await self.lookup(principal.tenant, approval_id)
+        if record["key_id"] != principal.key_id:
+            # The released call carries a token tool servers trust: only the requester may collect it.
+            raise NotFound(f"approval '{approval_id}' not found")
+        if record.get("conversation_sha256") not in (None, conversation_sha256(conversation)):
+            raise InvalidRequest(
+                f"approval '{approval_id}' belongs to another conversation: send the messages of the request"
+                " that made the call",
+                param="messages",
+            )
+        if record["status"] == PENDING:
+            return record
+        if not await self._store.approval_redeem(record["tenant"], approval_id):
+            raise Conflict(f"approval '{approval_id}' was already collected")
+        return record
 
     async def get(self, actor: Principal, approval_id: str) -> dict[str, Any]:
         record = await self._find(actor, approval_id)
@@ -134,6 +199,13 @@ class ApprovalService:
         if record is None:
             raise NotFound(f"approval '{approval_id}' not found")  # another tenant's id does not exist here
         return record
+
+
+def conversation_sha256(messages: list[dict[str, Any]]) -> str:
+    """The conversation an approval belongs to: its messages but the system ones (a release's
+    prompt may change between the request and the collection)."""
+    kept = [m for m in messages if m.get("role") != "system"]
+    return hashlib.sha256(orjson.dumps(kept, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
 def public_view(record: dict[str, Any]) -> dict[str, Any]:

@@ -53,6 +53,8 @@ class RequestContext:
     release: str | None = None  # the model's active release when the request started
     deployments: frozenset[str] | None = None  # the release's deployments; None: all of the model's
     trace: RequestTrace = field(default_factory=RequestTrace)  # set by the tracing stage; inert without it
+    # Set while a tool call waits for a person: a non-streamed answer sends whitespace this often.
+    approval_keepalive_s: float | None = None
 
 
 class Stage(Protocol):

@@ -242,6 +242,9 @@ class ToolPolicySettings(Frozen):
     # secret per process (tokens then verify only against this process).
     approval_secret: str = Field(default="", pattern=r"^(|.{16,})$", description="empty or at least 16 characters")
     wait_poll_s: Seconds = 0.2
+    wait_keepalive_s: Seconds = Field(
+        default=15.0, description="a non-streamed answer held for approval sends a space this often (proxy timeouts)"
+    )
 
 
 class TelemetrySettings(Frozen):

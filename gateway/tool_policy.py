@@ -6,7 +6,9 @@ may make - approved, for a high-risk tool - so the result of a denied call canno
 back to the model. After the call: every tool call the model returns arrives whole (the router
 holds deltas until a call is complete) and is decided before anything of it reaches the client.
 A denied call is replaced by a note saying what was blocked and why; a high-risk call waits for
-a person (`wait`) or is parked (`defer`: the client asks again with `X-Approval-Id`).
+a person (`wait`) or is parked (`defer`: the client asks again with `X-Approval-Id`). Either way the
+response carries `X-Approval-Id` and `X-Approval-Status` from its first byte, and a waiting
+non-streamed response is kept alive with whitespace before its JSON (see http/openai_api.py).
 """
 
 from __future__ import annotations
@@ -16,13 +18,14 @@ import contextlib
 import hashlib
 import logging
 from collections.abc import AsyncGenerator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gateway.approvals import APPROVED, PENDING, ApprovalService
 from gateway.audit import AuditWriter
 from gateway.backends.base import Chunk, ToolCallDelta
-from gateway.errors import InvalidRequest, NotFound, PermissionDenied
+from gateway.errors import InvalidRequest, PermissionDenied
 from gateway.pipeline import Handler, RequestContext
 from policies import (
     Allow,
@@ -83,32 +86,61 @@ class PolicyHolder:
 class ToolPolicy:
     """The pipeline stage."""
 
-    def __init__(self, holder: PolicyHolder, approvals: ApprovalService, audit: AuditWriter, poll_s: float) -> None:
+    def __init__(
+        self,
+        holder: PolicyHolder,
+        approvals: ApprovalService,
+        audit: AuditWriter,
+        poll_s: float,
+        keepalive_s: float = 15.0,
+    ) -> None:
         self._holder = holder
         self._approvals = approvals
         self._audit = audit
         self._poll_s = poll_s
+        self._keepalive_s = keepalive_s
 
     async def __call__(self, ctx: RequestContext, call_next: Handler) -> AsyncGenerator[Chunk, None]:
         assert ctx.principal is not None
         engine = self._holder.engine
         policy = engine.policy_for(ctx.principal.tenant, ctx.principal.key_id)
         self._check_request(ctx, engine, policy)
-        approval_id = ctx.headers.get(APPROVAL_HEADER)
-        if approval_id:
-            yield await self._deferred_answer(ctx, approval_id)
+        if ctx.headers.get(APPROVAL_HEADER):
+            # CollectApproval (innermost, after quota admission) answers; nothing reaches a model.
+            async with contextlib.aclosing(call_next(ctx)) as answers:
+                async for answer in answers:
+                    yield answer
             return
         released = 0
+        # Leading chunks without output wait for the first decision, so that the headers it sets
+        # (X-Approval-Id) go out with the response's first byte, streamed or not.
+        held: list[Chunk] = []
+        started = False
         async with contextlib.aclosing(call_next(ctx)) as chunks:
             async for chunk in chunks:
+                if not started and not (chunk.carries_output or chunk.usage):
+                    held.append(chunk)
+                    continue
                 if chunk.tool_calls:
                     calls = chunk.tool_calls
                     chunk.tool_calls = []
                     for call in calls:
-                        released += await self._judge(ctx, engine, policy, call, chunk)
+                        verdict = await self._judge(ctx, engine, policy, call, chunk)
+                        if isinstance(verdict, _Waiting):
+                            if not started:  # the approval id and a first byte, before the wait
+                                for early in held or [Chunk(role="assistant")]:
+                                    yield early
+                                held, started = [], True
+                            verdict = await self._await(ctx, verdict, call, chunk)
+                        released += verdict
                 if chunk.finish_reason == "tool_calls" and released == 0:
                     chunk.finish_reason = "stop"  # every call was withheld: the turn ends with the note
+                for early in held:
+                    yield early
+                held, started = [], True
                 yield chunk
+        for early in held:
+            yield early
 
     # --- before the call ------------------------------------------------------------------------
     def _check_request(self, ctx: RequestContext, engine: PolicyEngine, policy: Policy | None) -> None:
@@ -165,8 +197,9 @@ class ToolPolicy:
     # --- after the call -------------------------------------------------------------------------
     async def _judge(
         self, ctx: RequestContext, engine: PolicyEngine, policy: Policy | None, call: ToolCallDelta, chunk: Chunk
-    ) -> int:
-        """Decide one complete call; put it back on `chunk` if released. Returns 1 if released."""
+    ) -> int | _Waiting:
+        """Decide one complete call; put it back on `chunk` if released. Returns 1 if released, 0 if
+        withheld, or the approval a person must decide first (wait mode)."""
         name, arguments = call.name or "", call.arguments
         decision = engine.decide(policy, name, arguments)
         if isinstance(decision, Allow):
@@ -179,19 +212,27 @@ class ToolPolicy:
             return 0
         assert isinstance(decision, NeedsApproval)
         assert ctx.principal is not None
-        record = await self._approvals.request(ctx.principal, ctx.session_id, call.id or "", name, arguments, decision)
+        record = await self._approvals.request(
+            ctx.principal, ctx.session_id, call.id or "", name, arguments, decision, ctx.body.get("messages", [])
+        )
         await self._record(ctx, name, arguments, "approval_requested", approval_id=record["id"])
         ctx.trace.approval_requested(record["id"], name, decision.mode.value)
+        ctx.response_headers["X-Approval-Id"] = record["id"]
+        ctx.response_headers["X-Approval-Status"] = PENDING
         if decision.mode is ApprovalMode.DEFER:
-            ctx.response_headers["X-Approval-Id"] = record["id"]
             _note(
                 chunk,
                 f"The call to '{name}' awaits human approval (approval id {record['id']}). "
                 "Continue with the header X-Approval-Id once it is decided.",
             )
             return 0
-        waiting = self._approvals.wait(record["tenant"], record["id"], decision.timeout_s, self._poll_s)
-        decided = await ctx.trace.approval_wait(record["id"], name, waiting)
+        ctx.approval_keepalive_s = self._keepalive_s
+        return _Waiting(record, decision)
+
+    async def _await(self, ctx: RequestContext, waiting: _Waiting, call: ToolCallDelta, chunk: Chunk) -> int:
+        record, name = waiting.record, call.name or ""
+        pending = self._approvals.wait(record["tenant"], record["id"], waiting.decision.timeout_s, self._poll_s)
+        decided = await ctx.trace.approval_wait(record["id"], name, pending)
         return self._release_or_note(call, decided, chunk)
 
     def _release_or_note(self, call: ToolCallDelta, decided: dict[str, Any], chunk: Chunk) -> int:
@@ -202,23 +243,6 @@ class ToolPolicy:
         reason = decided.get("decision_reason") or decided["status"]
         _note(chunk, f"The call to '{call.name}' was not approved ({decided['status']}: {reason}).")
         return 0
-
-    async def _deferred_answer(self, ctx: RequestContext, approval_id: str) -> Chunk:
-        """The answer to a deferred call: the call exactly as approved, or the rejection."""
-        assert ctx.principal is not None
-        decided = await self._approvals.lookup(ctx.principal.tenant, approval_id)
-        if decided["key_id"] != ctx.principal.key_id:
-            # The released call carries a token tool servers trust: only the requester may collect it.
-            raise NotFound(f"approval '{approval_id}' not found")
-        chunk = Chunk(role="assistant", finish_reason="tool_calls")
-        if decided["status"] == PENDING:
-            _note(chunk, f"Approval {approval_id} is still pending.")
-            chunk.finish_reason = "stop"
-            return chunk
-        call = ToolCallDelta(0, decided["call_id"] or f"call_{approval_id}", decided["tool"], decided["arguments"])
-        if not self._release_or_note(call, decided, chunk):
-            chunk.finish_reason = "stop"
-        return chunk
 
     async def _record(
         self,
@@ -246,6 +270,48 @@ class ToolPolicy:
                 "arguments_sha256": _digest(arguments),
             }
         )
+
+
+@dataclass(frozen=True, slots=True)
+class _Waiting:
+    record: dict[str, Any]
+    decision: NeedsApproval
+
+
+class CollectApproval:
+    """The innermost stage: a request with `X-Approval-Id` collects a deferred call - the call
+    exactly as approved, or the rejection - instead of asking a model. It sits after quota
+    admission, so collecting is metered like any request."""
+
+    def __init__(self, approvals: ApprovalService) -> None:
+        self._approvals = approvals
+
+    async def __call__(self, ctx: RequestContext, call_next: Handler) -> AsyncGenerator[Chunk, None]:
+        approval_id = ctx.headers.get(APPROVAL_HEADER)
+        if not approval_id:
+            async with contextlib.aclosing(call_next(ctx)) as chunks:
+                async for chunk in chunks:
+                    yield chunk
+            return
+        assert ctx.principal is not None
+        decided = await self._approvals.collect(ctx.principal, approval_id, ctx.body.get("messages", []))
+        ctx.response_headers["X-Approval-Id"] = approval_id
+        ctx.response_headers["X-Approval-Status"] = decided["status"]
+        chunk = Chunk(role="assistant", finish_reason="tool_calls")
+        if decided["status"] == PENDING:
+            _note(chunk, f"Approval {approval_id} is still pending.")
+            chunk.finish_reason = "stop"
+            yield chunk
+            return
+        call = ToolCallDelta(0, decided["call_id"] or f"call_{approval_id}", decided["tool"], decided["arguments"])
+        if decided["status"] == APPROVED:
+            call.extra = {"approval_id": decided["id"], "approval_token": decided["token"]}
+            chunk.tool_calls.append(call)
+        else:
+            reason = decided.get("decision_reason") or decided["status"]
+            _note(chunk, f"The call to '{call.name}' was not approved ({decided['status']}: {reason}).")
+            chunk.finish_reason = "stop"
+        yield chunk
 
 
 def _note(chunk: Chunk, text: str) -> None:

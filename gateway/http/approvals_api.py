@@ -1,4 +1,5 @@
-"""`/admin/approvals` and `/admin/policies`: deciding held tool calls, reloading the policy file."""
+"""`/admin/approvals` and `/admin/policies`: deciding held tool calls, reloading the policy file;
+`/v1/approvals/{id}`: the status of a held call, for the agent that made it."""
 
 # No `from __future__ import annotations`: FastAPI reads the endpoint annotations at runtime.
 from typing import Annotated, Any
@@ -61,5 +62,22 @@ def build_approvals_router(
         if problems:
             raise InvalidRequest("policy file rejected, the previous policy stays: " + "; ".join(problems))
         return {"reloaded": True, "policies": sorted(policies.engine.file.policies)}
+
+    return router
+
+
+def build_approval_status_router(authenticator: Authenticator, approvals: ApprovalService) -> APIRouter:
+    """`GET /v1/approvals/{id}`: the agent whose call is held polls where it stands (with its own
+    chat key; another key's approval does not exist)."""
+    router = APIRouter(prefix="/v1")
+
+    async def caller(request: Request) -> Principal:
+        principal = await authenticator.authenticate(request.headers)
+        principal.require(Scope.CHAT)
+        return principal
+
+    @router.get("/approvals/{approval_id}")
+    async def approval_status(approval_id: str, actor: Annotated[Principal, Depends(caller)]) -> dict[str, Any]:
+        return await approvals.status(actor, approval_id)
 
     return router

@@ -7,6 +7,7 @@ an in-band error event followed by `[DONE]`, never a silently truncated 200.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import logging
@@ -68,6 +69,9 @@ class OpenAIApi:
             await chunks.aclose()
             raise
         headers = {"X-Request-Id": ctx.request_id, **ctx.response_headers}
+        if not ctx.stream and ctx.approval_keepalive_s:
+            body = _kept_alive(ctx, first, chunks, self._sessions, ctx.approval_keepalive_s)
+            return StreamingResponse(body, media_type="application/json", headers=headers)
         if not ctx.stream:
             return await _collect(ctx, first, chunks, headers, self._sessions)
         if self._sessions is None:
@@ -116,6 +120,20 @@ async def _sse_stream(
     yield sse.DONE
 
 
+async def _completion(
+    ctx: RequestContext, first: Chunk | None, chunks: AsyncGenerator[Chunk, None], sessions: SessionManager | None
+) -> bytes:
+    """The chat.completion JSON; a GatewayError before it is complete propagates."""
+    completion = Completion()
+    async with contextlib.aclosing(chunks):
+        async for chunk in _rest(first, chunks):
+            completion.add(chunk)
+    body = completion.render(ctx.completion_id, ctx.created, ctx.model, ctx.usage)
+    if sessions is not None:
+        sessions.remember(ctx, completion.message())
+    return dumps(body)
+
+
 async def _collect(
     ctx: RequestContext,
     first: Chunk | None,
@@ -123,15 +141,37 @@ async def _collect(
     headers: dict[str, str],
     sessions: SessionManager | None,
 ) -> Response:
-    completion = Completion()
-    async with contextlib.aclosing(chunks):
-        try:
-            async for chunk in _rest(first, chunks):
-                completion.add(chunk)
-        except GatewayError as error:
-            return gateway_error_response(error)
-    body = completion.render(ctx.completion_id, ctx.created, ctx.model, ctx.usage)
-    if sessions is not None:
-        sessions.remember(ctx, completion.message())
+    try:
+        body = await _completion(ctx, first, chunks, sessions)
+    except GatewayError as error:
+        return gateway_error_response(error)
     # Headers decided while the answer was generated (X-Approval-Id) are known only now.
-    return Response(dumps(body), media_type="application/json", headers={**headers, **ctx.response_headers})
+    return Response(body, media_type="application/json", headers={**headers, **ctx.response_headers})
+
+
+async def _kept_alive(
+    ctx: RequestContext,
+    first: Chunk | None,
+    chunks: AsyncGenerator[Chunk, None],
+    sessions: SessionManager | None,
+    every_s: float,
+) -> AsyncIterator[bytes]:
+    """A non-streamed answer held for a person's decision: the status and headers went out
+    already; a space every `every_s` (JSON allows leading whitespace) keeps proxies with idle
+    timeouts from cutting the connection until the JSON follows. An error after that point can
+    only be the body: the status is already 200."""
+    collecting = asyncio.ensure_future(_completion(ctx, first, chunks, sessions))
+    try:
+        while not collecting.done():
+            await asyncio.wait({collecting}, timeout=every_s)
+            if not collecting.done():
+                yield b" "
+        try:
+            yield collecting.result()
+        except GatewayError as error:
+            yield dumps(gateway_error_body(error))
+    finally:
+        if not collecting.done():
+            collecting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await collecting

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 STATUSES = ("pending", "approved", "rejected", "expired")
-DECISIONS = ("approved", "rejected")
+DECISIONS = ("approved", "rejected", "expired")  # expired: by the gateway, when a wait ends
 # A decision cannot change what identifies an approval or when it lapses.
 FIXED_FIELDS = ("id", "tenant", "requested_at", "expires_at")
 
@@ -78,7 +78,7 @@ def check_put(record: dict[str, Any], ttl_s: float) -> NewApproval:
 def check_decision(decision: dict[str, Any]) -> bytes:
     blob = _json(decision, "decision")
     if decision.get("status") not in DECISIONS:
-        raise ValueError(f"a decision's status must be 'approved' or 'rejected', not {decision.get('status')!r}")
+        raise ValueError(f"a decision's status must be one of {', '.join(DECISIONS)}, not {decision.get('status')!r}")
     fixed = sorted(set(decision) & set(FIXED_FIELDS))
     if fixed:
         raise ValueError(f"a decision cannot change {', '.join(fixed)}")

@@ -250,10 +250,17 @@ class Store(Protocol):
         self, tenant: str, approval_id: str, decision: dict[str, Any]
     ) -> tuple[bool, dict[str, Any] | None]:
         """Atomically: if the approval exists, is pending and has not expired, merge `decision`
-        into it (its keys win; its status must be "approved" or "rejected", and it cannot carry
+        into it (its keys win; its status must be "approved", "rejected" or "expired" - the gateway
+        expires one whose wait ended - and it cannot carry
         id, tenant, requested_at or expires_at) and return (True, the updated record).
         Otherwise change nothing and return (False, the current record or None). Of concurrent
         decisions, from any number of replicas, exactly one wins."""
+        ...
+
+    async def approval_redeem(self, tenant: str, approval_id: str) -> bool:
+        """Atomically mark the approval's answer as collected: True the first time for a live
+        approval, False after that (from any replica) and for an unknown or forgotten one. The mark
+        is forgotten with the approval."""
         ...
 
     async def approval_list(self, tenant: str | None, status: str | None, limit: int) -> list[dict[str, Any]]:

@@ -183,6 +183,10 @@ class EmbeddedStore:
         now = self._clock()
         return await self._run(lambda db: approvals.list_approvals(db, tenant, status, limit, now))
 
+    async def approval_redeem(self, tenant: str, approval_id: str) -> bool:
+        now = self._clock()
+        return await self._run(lambda db: approvals.redeem(db, tenant, approval_id, now))
+
     # --- releases -------------------------------------------------------------------------
     async def release_put(self, record: dict[str, Any]) -> bool:
         new = release_record.check_put(record)

@@ -31,6 +31,7 @@ class RedisApprovals:
         self._get = redis.register_script(lua("approval_get"))
         self._decide = redis.register_script(lua("approval_decide"))
         self._list = redis.register_script(lua("approval_list"))
+        self._redeem = redis.register_script(lua("approval_redeem"))
 
     def _record_keys(self) -> list[str]:
         return [self._keys.records, self._keys.decisions, self._keys.deadlines, self._keys.forget]
@@ -67,6 +68,11 @@ class RedisApprovals:
             return False, None
         won, *stored = raw
         return bool(won), _read(*stored)
+
+    async def redeem(self, tenant: str, approval_id: str) -> bool:
+        args = [keys.approval_member(tenant, approval_id)]
+        with unavailable("approval_redeem"):
+            return int(await self._redeem(keys=[self._keys.decisions, self._keys.forget], args=args)) == 1
 
     async def list(self, tenant: str | None, status: str | None, limit: int) -> list[dict[str, Any]]:
         approvals.check_status(status)

@@ -252,6 +252,9 @@ class RedisStore:
     async def approval_list(self, tenant: str | None, status: str | None, limit: int) -> list[dict[str, Any]]:
         return await self._approvals.list(tenant, status, limit)
 
+    async def approval_redeem(self, tenant: str, approval_id: str) -> bool:
+        return await self._approvals.redeem(tenant, approval_id)
+
     # --- releases -------------------------------------------------------------------------
     async def release_put(self, record: dict[str, Any]) -> bool:
         return await self._releases.put(record)

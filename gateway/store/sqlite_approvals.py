@@ -20,12 +20,13 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS approvals (
     tenant TEXT NOT NULL,
     id TEXT NOT NULL,
-    status TEXT NOT NULL,        -- 'pending', 'approved' or 'rejected'
+    status TEXT NOT NULL,        -- 'pending', 'approved', 'rejected' or 'expired' (decided so)
     requested_at REAL NOT NULL,
     expires_at REAL NOT NULL,    -- a pending approval lapses then (unix seconds)
     forget_at REAL NOT NULL,     -- it does not exist from then on
     record BLOB NOT NULL,        -- JSON, as put
     decision BLOB,               -- JSON merged over the record; NULL until decided
+    redeemed_at REAL,            -- when its answer was collected (approval_redeem); NULL until then
     PRIMARY KEY (tenant, id)
 );
 CREATE INDEX IF NOT EXISTS approvals_order ON approvals (requested_at);
@@ -101,6 +102,24 @@ def decide(
         won = db.execute(_DECIDE, {**where, "status": status, "decision": decision}).rowcount == 1
         row = db.execute(_GET, where).fetchone()
     return won, _read(row)
+
+
+_REDEEM = """
+UPDATE approvals SET redeemed_at = :now
+WHERE tenant = :tenant AND id = :id AND forget_at > :now AND redeemed_at IS NULL
+"""
+
+
+def redeem(db: sqlite3.Connection, tenant: str, approval_id: str, now: float) -> bool:
+    return db.execute(_REDEEM, {"tenant": tenant, "id": approval_id, "now": now}).rowcount == 1
+
+
+def add_redeemed_column(db: sqlite3.Connection) -> None:
+    """A file made before approvals could be redeemed lacks the column (CREATE TABLE IF NOT EXISTS
+    leaves an existing table alone)."""
+    columns = {row[1] for row in db.execute("PRAGMA table_info(approvals)")}
+    if "redeemed_at" not in columns:
+        db.execute("ALTER TABLE approvals ADD COLUMN redeemed_at REAL")
 
 
 def list_approvals(

@@ -23,6 +23,7 @@ import orjson
 from gateway.store.audit_batch import canonical
 from gateway.store.base import AuditHead, KeyRecord
 from gateway.store.sqlite_approvals import SCHEMA as APPROVALS_SCHEMA
+from gateway.store.sqlite_approvals import add_redeemed_column
 from gateway.store.sqlite_releases import SCHEMA as RELEASES_SCHEMA
 from gateway.store.sqlite_sessions import SCHEMA as SESSIONS_SCHEMA
 from gateway.store.sqlite_tx import transaction
@@ -73,6 +74,7 @@ class SqliteDb:
             # loses nothing (the WAL is in the OS), only a power cut can lose the last commits.
             connection.execute("PRAGMA synchronous=NORMAL")
             connection.executescript(_SCHEMA + SESSIONS_SCHEMA + APPROVALS_SCHEMA + RELEASES_SCHEMA)
+            add_redeemed_column(connection)
         except BaseException:
             connection.close()
             raise

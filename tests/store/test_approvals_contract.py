@@ -263,7 +263,7 @@ async def test_a_bad_approval_is_refused_before_anything_is_written(
 @pytest.mark.parametrize(
     ("decision", "match"),
     [
-        ({"status": "expired"}, "status"),
+        ({"status": "lost"}, "status"),
         ({"decided_by": "alice"}, "status"),
         ({"status": "approved", "tenant": "globex"}, "tenant"),
         ({"status": "approved", "expires_at": 1e12}, "expires_at"),
@@ -282,3 +282,28 @@ async def test_a_bad_decision_is_refused_before_anything_is_written(
 async def test_an_unknown_status_filter_is_refused(store: Store) -> None:
     with pytest.raises(ValueError, match="status"):
         await store.approval_list(None, "lost", 10)
+
+
+# --- expiring and redeeming ----------------------------------------------------------------
+
+
+async def test_the_gateway_can_expire_a_pending_approval_once(backing: Backing, store: Store) -> None:
+    record = approval_record("a1", requested_at=now(backing))
+    await store.approval_put(record, RETAIN)
+    expired = {"status": "expired", "decided_by": "gateway", "decision_reason": "the wait ended"}
+    won, stored = await store.approval_decide("acme", "a1", expired)
+    assert won
+    assert (stored or {})["status"] == "expired"
+    assert (await store.approval_decide("acme", "a1", approve()))[0] is False, "an expired approval stays expired"
+    assert [r["id"] for r in await store.approval_list("acme", "expired", 10)] == ["a1"]
+    assert await store.approval_list("acme", "pending", 10) == []
+
+
+async def test_an_approval_is_redeemed_once(backing: Backing, store: Store) -> None:
+    await store.approval_put(approval_record("a1", requested_at=now(backing)), RETAIN)
+    await store.approval_decide("acme", "a1", approve())
+    assert await store.approval_redeem("globex", "a1") is False, "another tenant's id does not exist"
+    assert await store.approval_redeem("acme", "unknown") is False
+    results = await asyncio.gather(*(store.approval_redeem("acme", "a1") for _ in range(8)))
+    assert sorted(results) == [False] * 7 + [True]
+    assert await store.approval_redeem("acme", "a1") is False

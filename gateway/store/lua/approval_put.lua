@@ -14,7 +14,7 @@ local member = ARGV[1]
 local gone = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', t[1], 'LIMIT', 0, tonumber(ARGV[8]))
 for _, old in ipairs(gone) do
     redis.call('HDEL', KEYS[1], old)
-    redis.call('HDEL', KEYS[2], old)
+    redis.call('HDEL', KEYS[2], old, old .. '#redeemed')
     redis.call('ZREM', KEYS[3], old)
     redis.call('ZREM', KEYS[4], old)
     redis.call('ZREM', KEYS[5], old)
@@ -26,7 +26,7 @@ if live and tonumber(live) > now then return 0 end
 if tonumber(ARGV[5]) <= now then return 0 end
 
 redis.call('HSET', KEYS[1], member, ARGV[2])
-redis.call('HDEL', KEYS[2], member)
+redis.call('HDEL', KEYS[2], member, member .. '#redeemed')
 redis.call('ZADD', KEYS[3], ARGV[4], member)
 redis.call('ZADD', KEYS[4], ARGV[5], member)
 redis.call('ZADD', KEYS[5], ARGV[3], member)
