@@ -31,6 +31,7 @@ from gateway.releases.candidate_path import CandidatePath
 from gateway.releases.checkpoints import CheckpointRegistry, RegistryError
 from gateway.releases.history import rollback_target
 from gateway.releases.load_hooks import bring_up as bring_up_deployment
+from gateway.releases.served import served_problems
 from gateway.releases.smoke import run_smoke
 from gateway.routing.health import HealthMonitor
 from gateway.routing.router import Router
@@ -210,6 +211,9 @@ class ReleaseService:
     ) -> None:
         """Raise PreflightFailed naming every problem with this release."""
         problems = self._checkpoint_problems(record) + await self._health_problems(record, bring_up)
+        if not problems:
+            chosen = [d.settings for d in self._group(record["model"]).deployments if d.name in record["deployments"]]
+            problems += await served_problems(chosen, record.get("checkpoint"))
         if run_evals and not problems:
             problems += await self._eval_problems(record, actor)
         if not problems:

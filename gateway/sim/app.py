@@ -122,8 +122,10 @@ class _Handlers:
         return ChatResponse(self._state, reply, faults)
 
     async def models(self, request: Request) -> Response:
+        root = self._state.profile.served_root
         data = [
             {"id": model_id, "object": "model", "created": self._created, "owned_by": "sim"}
+            | ({"root": root} if root is not None else {})
             for model_id in self._state.profile.model_ids
         ]
         return json_response({"object": "list", "data": data})

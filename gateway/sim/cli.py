@@ -30,6 +30,7 @@ from gateway.sim.server import load_profile, run_sim
     "fault_spec",
     help='Process faults in X-Sim-Fault syntax, e.g. "status=503" or "cut_after=5,slow=2".',
 )
+@click.option("--served-root", help="What /v1/models reports as `root` (the checkpoint path vLLM would).")
 def sim_command(
     host: str,
     port: int,
@@ -40,6 +41,7 @@ def sim_command(
     seed: int | None,
     slow: float | None,
     fault_spec: str | None,
+    served_root: str | None,
 ) -> None:
     """Run the simulated OpenAI-compatible backend (prints its URL once ready)."""
     try:
@@ -56,6 +58,7 @@ def sim_command(
             jitter=jitter,
             seed=seed,
             faults=faults or None,
+            served_root=served_root,
         )
     except ProfileError as exc:
         raise click.UsageError(str(exc)) from exc

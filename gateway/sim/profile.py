@@ -31,6 +31,10 @@ class SimProfile(BaseModel):
         min_length=1,
         description="Models listed by /v1/models; requests for any other name are still answered.",
     )
+    served_root: str | None = Field(
+        default=None,
+        description="Reported as each model's `root` by /v1/models, as vLLM reports the weights it loaded.",
+    )
 
 
 def load_profile(path: Path | None = None, **overrides: Any) -> SimProfile:

@@ -560,3 +560,29 @@ def test_an_admin_key_can_address_a_release_that_is_not_active(setup: dict[str, 
     assert refused.status_code == 403, refused.text  # a chat key cannot pick a release
     unknown = httpx.post(url, json=body, headers={**one.headers(one.admin_key), "X-Gateway-Release": "v9"}, timeout=10)
     assert unknown.status_code == 404, unknown.text
+
+
+def test_promotion_refuses_a_checkpoint_the_deployment_does_not_serve(tmp_path: Path) -> None:
+    from tests.procs import start_sim
+
+    registry_root = tmp_path / "registry"
+    registry = CheckpointRegistry(registry_root)
+    step100 = checkpoint(tmp_path / "ckpt", "ft", 100, registry)
+    step200 = checkpoint(tmp_path / "ckpt", "ft", 200, registry)
+    serving_200 = start_sim("--served-root", str(step200))  # the server runs step 200
+    try:
+        reported = httpx.get(f"{serving_200.url}/v1/models", timeout=10).json()["data"][0]
+        assert reported["root"] == str(step200)
+        config = gateway_config(deployment("ft", serving_200), releases={"checkpoint_registry": str(registry_root)})
+        with running_gateway(tmp_path, config) as gateway:
+            create(gateway, version="wrong", checkpoint="ft@100")
+            create(gateway, version="right", checkpoint="ft@200")
+            refused = admin(gateway, "promote", {"version": "wrong"})
+            assert refused.status_code == 409, refused.text
+            message = refused.json()["error"]["message"]
+            assert "serves" in message, message
+            assert str(step200) in message, message
+            assert str(step100) in message, message
+            assert admin(gateway, "promote", {"version": "right"}).status_code == 200
+    finally:
+        serving_200.stop()
