@@ -103,7 +103,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
     quota = Admit(store, settings.quota)
     model_names = [m.name for m in settings.models]
     audit_requests = AuditRequests(audit, capture=settings.audit.capture)
-    policies = PolicyHolder(settings.tools.policy_file)
+    policies = PolicyHolder(settings.tools.policy_file, audit)
     approvals = ApprovalService(store, audit, approval_secret(settings))
     telemetry.watch(router, quota)
 

@@ -155,6 +155,18 @@ class ApprovalService:
     async def decide(self, actor: Principal, approval_id: str, *, approve: bool, reason: str = "") -> dict[str, Any]:
         record = await self._find(actor, approval_id)
         if record["key_id"] == actor.key_id:
+            await self._audit.submit(
+                {
+                    "kind": "admin",
+                    "action": "approval.self_approval_refused",
+                    "actor": actor.key_id,
+                    "tenant": record["tenant"],
+                    "target": approval_id,
+                    "before": {"status": record["status"]},
+                    "after": {"status": record["status"], "tool": record["tool"]},
+                    "reason": f"tried to {'approve' if approve else 'reject'} its own call",
+                }
+            )
             raise PermissionDenied("a call may not be approved or rejected with the key that made it")
         decision: dict[str, Any] = {
             "status": APPROVED if approve else REJECTED,

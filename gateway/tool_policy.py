@@ -49,8 +49,9 @@ APPROVAL_HEADER = "x-approval-id"
 class PolicyHolder:
     """The policy file in force. A bad file is rejected whole and the previous one kept."""
 
-    def __init__(self, path: Path | None) -> None:
+    def __init__(self, path: Path | None, audit: AuditWriter | None = None) -> None:
         self._path = path
+        self._audit = audit
         self.engine = PolicyEngine(PolicyFile())
         self.last_error: list[str] = []
         self._mtime = 0.0
@@ -75,12 +76,30 @@ class PolicyHolder:
         self._mtime, self.last_error = mtime, []
         return []
 
+    async def reload_recorded(self, actor: str) -> list[str]:
+        """`reload`, with an audit record of what happened (a rejected file too)."""
+        problems = self.reload()
+        if self._audit is not None and self._path is not None:
+            await self._audit.submit(
+                {
+                    "kind": "admin",
+                    "action": "policy.reload_rejected" if problems else "policy.reload",
+                    "actor": actor,
+                    "tenant": None,
+                    "target": str(self._path),
+                    "before": None,
+                    "after": {"policies": sorted(self.engine.file.policies)},
+                    "reason": "; ".join(problems),
+                }
+            )
+        return problems
+
     async def watch(self, interval_s: float) -> None:
         while True:
             await asyncio.sleep(interval_s)
             with contextlib.suppress(OSError):
                 if self._path is not None and self._path.stat().st_mtime != self._mtime:
-                    self.reload()
+                    await self.reload_recorded("policy-file-watcher")
 
 
 class ToolPolicy:
@@ -104,7 +123,7 @@ class ToolPolicy:
         assert ctx.principal is not None
         engine = self._holder.engine
         policy = engine.policy_for(ctx.principal.tenant, ctx.principal.key_id)
-        self._check_request(ctx, engine, policy)
+        await self._check_request(ctx, engine, policy)
         if ctx.headers.get(APPROVAL_HEADER):
             # CollectApproval (innermost, after quota admission) answers; nothing reaches a model.
             async with contextlib.aclosing(call_next(ctx)) as answers:
@@ -143,11 +162,15 @@ class ToolPolicy:
             yield early
 
     # --- before the call ------------------------------------------------------------------------
-    def _check_request(self, ctx: RequestContext, engine: PolicyEngine, policy: Policy | None) -> None:
+    async def _check_request(self, ctx: RequestContext, engine: PolicyEngine, policy: Policy | None) -> None:
         body = ctx.body
         if body.get("tools"):
             kept, removed = engine.filter_tools(policy, body["tools"])
-            if removed and policy is not None and policy.on_forbidden_tools is OnForbidden.REJECT:
+            rejected = bool(removed) and policy is not None and policy.on_forbidden_tools is OnForbidden.REJECT
+            for name in removed:
+                decision, code = ("deny", "forbidden_tool") if rejected else ("strip", "not_allowed")
+                await self._record(ctx, name, "", decision, code, "the key's policy does not allow this tool")
+            if rejected:
                 raise PermissionDenied(f"this key may not use the tools: {', '.join(removed)}")
             body = {k: v for k, v in body.items() if k not in ("tools", "tool_choice")}
             if kept:
@@ -156,6 +179,7 @@ class ToolPolicy:
                     body["tool_choice"] = ctx.body["tool_choice"]
         forced = engine.tool_choice_target(ctx.body.get("tool_choice"))
         if forced is not None and not engine.may_use(policy, forced):
+            await self._record(ctx, forced, "", "deny", "tool_choice", "tool_choice names a tool the key may not use")
             raise PermissionDenied(f"tool_choice names '{forced}', which this key may not use")
         self._check_tool_results(body.get("messages", []), engine, policy)
         ctx.body = body

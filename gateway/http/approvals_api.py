@@ -58,7 +58,7 @@ def build_approvals_router(
         actor.require(Scope.ADMIN)
         if not actor.all_tenants:
             raise PermissionDenied("the policy file applies to every tenant; reloading it needs such a key")
-        problems = policies.reload()
+        problems = await policies.reload_recorded(actor.key_id)
         if problems:
             raise InvalidRequest("policy file rejected, the previous policy stays: " + "; ".join(problems))
         return {"reloaded": True, "policies": sorted(policies.engine.file.policies)}

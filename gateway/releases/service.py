@@ -17,7 +17,7 @@ import hashlib
 import logging
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -145,7 +145,7 @@ class ReleaseService:
         }
         if not await self._store.release_put(record):
             raise Conflict(f"release {model}@{spec.version} exists; releases are immutable")
-        await self._record(actor, "release.create", model, None, spec.version, "")
+        await self._record(actor, "release.create", model, None, spec.version, "", field="release")
         return record
 
     def _checkpoint_pin(self, version: str | None) -> dict[str, Any] | None:
@@ -176,7 +176,7 @@ class ReleaseService:
     async def promote(self, actor: Principal, model: str, version: str, reason: str = "") -> dict[str, Any]:
         actor.require(Scope.ADMIN)
         record = await self.release(model, version)
-        await self.preflight(record, run_evals=True, actor=actor)
+        await self._checked(actor, "release.promote", record, self.preflight(record, run_evals=True, actor=actor))
         return await self._switch(actor, model, version, "release.promote", reason)
 
     async def rollback(
@@ -197,7 +197,7 @@ class ReleaseService:
         target = to_version or await self._previous(model)
         record = await self.release(model, target)
         # The old release passed its evals already; its deployments may need bringing back.
-        await self.preflight(record, run_evals=False, bring_up=True)
+        await self._checked(actor, "release.rollback", record, self.preflight(record, run_evals=False, bring_up=True))
         result = await self._switch(actor, model, target, "release.rollback", reason)
         try:  # verified after the switch too; the switch stands either way, so report, not raise
             await self.preflight(record, run_evals=False)
@@ -358,14 +358,14 @@ class ReleaseService:
         active, generation = await self._store.release_active(model)
         if active is None or active == version:
             raise InvalidRequest(f"a canary needs an active release other than {version}", param="version")
-        await self.preflight(record, run_evals=True, actor=actor)
+        await self._checked(actor, "release.canary.start", record, self.preflight(record, run_evals=True, actor=actor))
         canary = {**settings, "version": version, "baseline": active, "started_at": self._clock(), "by": actor.key_id}
         won, new_generation = await self._store.release_set_canary(model, canary, generation)
         if not won:
             raise Conflict(f"{model}: the active release changed; try again")
         self.canary_monitor.reset(model)
         await self.refresh(model)
-        await self._record(actor, "release.canary.start", model, active, version, str(settings))
+        await self._record(actor, "release.canary.start", model, active, version, str(settings), field="canary")
         return {"model": model, "canary": canary, "generation": new_generation}
 
     async def end_canary(self, actor_key_id: str, model: str, reason: str) -> dict[str, Any]:
@@ -385,9 +385,40 @@ class ReleaseService:
                 return {"model": model, "canary": None, "changed": True, "reason": reason}
         raise Conflict(f"{model}: the release keeps changing; try again")
 
-    async def _record(
-        self, actor: Principal, action: str, model: str, before: str | None, after: str, reason: str
+    async def _checked(
+        self, actor: Principal, action: str, record: dict[str, Any], preflight: Coroutine[Any, Any, None]
     ) -> None:
+        """Run the preflight; a refusal is audited (what was refused and why) before it is raised."""
+        try:
+            await preflight
+        except PreflightFailed as refused:
+            await self._audit.submit(
+                {
+                    "kind": "admin",
+                    "action": f"{action}.refused",
+                    "actor": actor.key_id,
+                    "tenant": None,
+                    "target": f"{record['model']}@{record['version']}",
+                    "before": None,
+                    "after": None,
+                    "reason": refused.message,
+                }
+            )
+            raise
+
+    async def _record(
+        self,
+        actor: Principal,
+        action: str,
+        model: str,
+        before: str | None,
+        after: str,
+        reason: str,
+        *,
+        field: str = "active",
+    ) -> None:
+        """`field`: what changed to `after` - the active release, or only the canary, or nothing
+        but a new record ("release")."""
         await self._audit.submit(
             {
                 "kind": "admin",
@@ -395,8 +426,8 @@ class ReleaseService:
                 "actor": actor.key_id,
                 "tenant": None,
                 "target": f"{model}@{after}",
-                "before": {"active": before},
-                "after": {"active": after},
+                "before": {"active": before} if field != "release" else None,
+                "after": {field: after},
                 "reason": reason,
             }
         )

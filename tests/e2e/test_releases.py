@@ -586,3 +586,41 @@ def test_promotion_refuses_a_checkpoint_the_deployment_does_not_serve(tmp_path: 
             assert admin(gateway, "promote", {"version": "right"}).status_code == 200
     finally:
         serving_200.stop()
+
+
+def admin_records(gateway: Gateway, action: str) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + 10
+    while True:
+        records = httpx.get(
+            f"{gateway.url}/admin/audit",
+            params={"kind": "admin", "limit": 1000},
+            headers=gateway.headers(gateway.admin_key),
+            timeout=10,
+        ).json()["data"]
+        found = [r for r in records if r["action"] == action]
+        if found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.05)
+
+
+def test_refused_promotions_and_what_create_and_canary_say_are_audited(setup: dict[str, Any]) -> None:
+    one, _ = setup["replicas"]
+    admin(one, "promote", {"version": "v1"}).raise_for_status()
+    weights = setup["checkpoints"]["v2"] / "model.safetensors"
+    weights.write_bytes(b"corrupted" + weights.read_bytes()[9:])
+    assert admin(one, "promote", {"version": "v2", "reason": "try"}).status_code == 409
+    refused = admin_records(one, "release.promote.refused")
+    assert refused, "a refused promotion is audited"
+    assert "model.safetensors" in refused[0]["reason"]
+    created = admin_records(one, "release.create")
+    assert created
+    assert all("active" not in (r["after"] or {}) for r in created), "creating a release activates nothing"
+    create(one, version="v3", deployments=["new"], system_prompt="You are v2.")
+    canary = {"version": "v3", "share": 0.2, "window_s": 60}
+    started = httpx.post(
+        f"{one.url}/admin/models/{MODEL}/canary", json=canary, headers=one.headers(one.admin_key), timeout=60
+    )
+    assert started.status_code == 200, started.text
+    record = admin_records(one, "release.canary.start")[0]
+    assert record["after"]["canary"] == "v3"
+    assert "active" not in record["after"], "a canary does not make its release active"
