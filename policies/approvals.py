@@ -65,10 +65,13 @@ def arguments_sha256(arguments_json: str) -> str:
     return hashlib.sha256(canonical_json(parse_arguments_json(arguments_json))).hexdigest()
 
 
-def _check_secret(secret: bytes) -> None:
+def _secret_bytes(secret: bytes | str) -> bytes:
+    """The configured string (`tools.approval_secret`) or its UTF-8 bytes: the same secret."""
+    raw = secret.encode() if isinstance(secret, str) else secret
     # A short secret makes every token forgeable by guessing; refuse it rather than sign with it.
-    if not isinstance(secret, bytes) or len(secret) < MIN_SECRET_BYTES:
-        raise ValueError(f"the approval secret must be at least {MIN_SECRET_BYTES} bytes")
+    if not isinstance(raw, bytes) or len(raw) < MIN_SECRET_BYTES:
+        raise ValueError(f"the approval secret must be at least {MIN_SECRET_BYTES} bytes (a str counts as UTF-8)")
+    return raw
 
 
 def _mac(secret: bytes, encoded_claims: str) -> bytes:
@@ -92,9 +95,11 @@ def _b64decode(text: str) -> bytes:
     return data
 
 
-def issue_approval_token(secret: bytes, approval_id: str, tool: str, arguments_sha256: str, expires_at: float) -> str:
+def issue_approval_token(
+    secret: bytes | str, approval_id: str, tool: str, arguments_sha256: str, expires_at: float
+) -> str:
     """Sign an approval of `tool` with the arguments whose arguments_sha256() is given, until `expires_at`."""
-    _check_secret(secret)
+    secret = _secret_bytes(secret)
     if not _SHA256_HEX.fullmatch(arguments_sha256):
         raise ValueError("arguments_sha256 must be the hex digest from arguments_sha256()")
     if isinstance(expires_at, bool) or not isinstance(expires_at, int | float) or not math.isfinite(expires_at):
@@ -133,10 +138,11 @@ def _typed_claims(raw: Any) -> ApprovalClaims:
 
 
 def verify_approval_token(
-    token: str, secret: bytes, tool: str, arguments_json: str, now: float | None = None
+    token: str, secret: bytes | str, tool: str, arguments_json: str, now: float | None = None
 ) -> ApprovalClaims:
-    """Check that `token` approves calling `tool` with `arguments_json`, now; raise InvalidApprovalToken if not."""
-    _check_secret(secret)
+    """Check that `token` approves calling `tool` with `arguments_json`, now; raise InvalidApprovalToken if not.
+    `secret`: the configured string or its bytes."""
+    secret = _secret_bytes(secret)
     claims = _typed_claims(_signed_claims(token, secret))
     current = time.time() if now is None else now
     if current >= claims.expires_at:
