@@ -1,21 +1,53 @@
-"""`gateway checkpoints register | verify | list | latest-valid`, on a registry under --root."""
+"""`gateway checkpoints register | verify | list | latest-valid`, on a registry under --root (or the
+one a gateway config names with --config, like every other command)."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
 from gateway.releases.checkpoints import DEFAULT_ROOT, CheckpointRegistry, RegistryEntry, RegistryError
 from gateway.releases.manifest import UnknownFormatError
 
-root_option = click.option(
-    "--root",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=DEFAULT_ROOT,
-    show_default=True,
-    help="directory holding the checkpoint registry",
-)
+
+def root_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    """`--root DIR` or `--config FILE` (its releases.checkpoint_registry); passes `root` on."""
+
+    @click.option(
+        "--root",
+        type=click.Path(path_type=Path, file_okay=False),
+        default=None,
+        help=f"directory holding the checkpoint registry [default: {DEFAULT_ROOT}]",
+    )
+    @click.option(
+        "--config",
+        "config_path",
+        type=click.Path(path_type=Path, dir_okay=False),
+        default=None,
+        help="a gateway config: use its releases.checkpoint_registry",
+    )
+    @functools.wraps(command)
+    def wrapper(*args: Any, root: Path | None, config_path: Path | None, **kwargs: Any) -> Any:
+        return command(*args, root=_registry_root(root, config_path), **kwargs)
+
+    return wrapper
+
+
+def _registry_root(root: Path | None, config_path: Path | None) -> Path:
+    if config_path is None:
+        return root or DEFAULT_ROOT
+    from gateway.cli.serve import load_or_exit
+
+    configured = load_or_exit(config_path).releases.checkpoint_registry
+    if configured is None:
+        raise click.UsageError(f"{config_path} sets no releases.checkpoint_registry")
+    if root is not None and root.resolve() != Path(configured).resolve():
+        raise click.UsageError(f"--root {root} is not the registry {config_path} names ({configured})")
+    return Path(configured)
 
 
 @click.group("checkpoints")

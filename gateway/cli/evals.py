@@ -1,4 +1,4 @@
-"""`gateway eval run | show | compare` (also `gateway evals`).
+"""`gateway eval run | show | compare`.
 
 The eval sets live in the `eval` package, which talks to the model endpoint only over HTTP; this
 module just gives its commands a place in the gateway CLI."""

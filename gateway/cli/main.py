@@ -34,5 +34,4 @@ cli.add_command(plan_command)
 cli.add_command(replay_group)
 cli.add_command(checkpoints_group)
 cli.add_command(evals_group)  # `gateway eval ...`: a subcommand, not a console script
-cli.add_command(evals_group, name="evals")
 cli.add_command(releases_group)

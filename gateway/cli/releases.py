@@ -9,6 +9,7 @@ machine, never on the operator's; without it, such a preflight is refused rather
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -95,7 +96,7 @@ def releases_group() -> None:
 @click.option("--system-prompt", default="")
 @click.option("--prompt-version", default="")
 @click.option("--eval-set", default=None, type=click.Path(dir_okay=False))
-@click.option("--min-pass-rate", type=click.FloatRange(0, 1), default=1.0)
+@click.option("--min-pass-rate", type=click.FloatRange(0, 1), default=None, help="default: the eval set's threshold")
 @click.option("--smoke-samples", default=None, type=click.Path(dir_okay=False), help="replay smoke run samples")
 @click.option("--smoke-count", type=click.IntRange(1, 1000), default=10)
 @click.option("--smoke-slo-ttft-ms", type=float, default=None)
@@ -112,9 +113,43 @@ def create_command(config_path: Path, model: str, **fields: Any) -> None:
 @releases_group.command("list")
 @config_option
 @click.argument("model")
-def list_command(config_path: Path, model: str) -> None:
-    """Releases, the active one and the switch history."""
-    _print(run(config_path, _with_service(lambda s, ctx: s.overview(model))))
+@click.option("--json", "as_json", is_flag=True, help="the whole overview as JSON, for machines")
+def list_command(config_path: Path, model: str, as_json: bool) -> None:
+    """Releases, the active one, the canary and the rollback target."""
+    overview = run(config_path, _with_service(lambda s, ctx: s.overview(model)))
+    if as_json:
+        _print(overview)
+        return
+    for line in _table(overview):
+        click.echo(line)
+
+
+def _table(overview: dict[str, Any]) -> list[str]:
+    canary = overview["canary"]
+    rows = [("", "VERSION", "CHECKPOINT", "PROMPT", "EVAL SET", "DEPLOYMENTS", "CREATED")]
+    for release in overview["releases"]:
+        version = release["version"]
+        mark = "*" if version == overview["active"] else ("~" if canary and canary["version"] == version else "")
+        eval_set = release.get("eval_set") or {}
+        rows.append((
+            mark,
+            version,
+            (release.get("checkpoint") or {}).get("version", "-"),
+            release["prompt"].get("version") or "-",
+            f"{eval_set['id']}@{eval_set['version']}" if eval_set else "-",
+            ",".join(release["deployments"]),
+            time.strftime("%Y-%m-%d %H:%M", time.gmtime(release["created_at"])),
+        ))  # fmt: skip
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
+    lines = [
+        "  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows
+    ]
+    lines.append("")
+    lines.append(f"active: {overview['active'] or 'none'} (generation {overview['generation']}, * above)")
+    if canary:
+        lines.append(f"canary: {canary['version']} at {float(canary['share']):.0%} of new requests (~ above)")
+    lines.append(f"a plain rollback goes to: {overview['rollback_target'] or 'nothing (name a release with --to)'}")
+    return lines
 
 
 @releases_group.command("promote")

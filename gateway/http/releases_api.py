@@ -21,7 +21,7 @@ class CreateReleaseBody(BaseModel):
     system_prompt: str = Field(default="", max_length=100_000)
     prompt_version: str = ""
     eval_set: str | None = None
-    min_pass_rate: float = Field(default=1.0, ge=0, le=1)
+    min_pass_rate: float | None = Field(default=None, ge=0, le=1, description="default: the eval set's threshold")
     smoke_samples: str | None = None
     smoke_count: int = Field(default=10, ge=1, le=1000)
     smoke_slo_ttft_ms: float | None = Field(default=None, gt=0)

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from gateway.audit import AuditWriter
 from gateway.errors import Conflict, GatewayError, InvalidRequest, NotFound
 from gateway.principal import Principal, Scope
@@ -55,7 +57,7 @@ class ReleaseSpec:
     system_prompt: str = ""
     prompt_version: str = ""
     eval_set: str | None = None  # path of an eval set (eval/ package format)
-    min_pass_rate: float = 1.0
+    min_pass_rate: float | None = None  # None: the eval set's own threshold
     smoke_samples: str | None = None  # request samples for a replay smoke run (replay/ formats)
     smoke_count: int = 10
     smoke_slo_ttft_ms: float | None = None
@@ -266,16 +268,21 @@ class ReleaseService:
             return []
         from eval.gate import Thresholds, check_gate
         from eval.runner import run_eval
-        from eval.sets import load_eval_set
+        from eval.sets import EvalSetError, load_eval_set, parse_eval_set
 
-        eval_set = load_eval_set(Path(pin["path"]))
+        try:  # releases made before sets were pinned by content name a path
+            eval_set = (
+                parse_eval_set(orjson.loads(pin["content"])) if "content" in pin else load_eval_set(Path(pin["path"]))
+            )
+        except (EvalSetError, OSError) as error:
+            return [f"eval set {pin['id']} cannot be read: {error}"]
         if eval_set.digest != pin["digest"]:
             return [f"eval set {pin['id']} changed since the release pinned it"]
         if self.candidate_path is None or actor is None:
             return [f"eval set {pin['id']} runs through a gateway's request path: promote through the gateway"]
         transport = self.candidate_path.transport(actor, record["version"])
         result = await run_eval(eval_set, CANDIDATE_BASE_URL, None, record["model"], transport=transport)
-        verdict = check_gate(result, Thresholds(min_pass_rate=record["thresholds"]["min_pass_rate"]))
+        verdict = check_gate(result, Thresholds(min_pass_rate=record["thresholds"].get("min_pass_rate")))
         if verdict.passed:
             return []
         return [f"eval set {pin['id']}: " + "; ".join(verdict.reasons) + _failed_cases(result.cases)]
@@ -452,7 +459,7 @@ def _smoke_pin(spec: ReleaseSpec) -> dict[str, Any] | None:
     if not Path(spec.smoke_samples).is_file():
         raise InvalidRequest(f"smoke samples {spec.smoke_samples} not found", param="smoke_samples")
     return {
-        "samples": spec.smoke_samples,
+        "samples": str(Path(spec.smoke_samples).resolve()),
         "count": spec.smoke_count,
         "slo_ttft_ms": spec.smoke_slo_ttft_ms,
         "slo_tpot_ms": spec.smoke_slo_tpot_ms,
@@ -469,4 +476,12 @@ def _eval_pin(path: str | None) -> dict[str, Any] | None:
         eval_set = load_eval_set(Path(path))
     except EvalSetError as error:
         raise InvalidRequest("; ".join(error.problems), param="eval_set") from None
-    return {"id": eval_set.id, "version": eval_set.version, "digest": eval_set.digest, "path": path}
+    # The content is pinned, not only the path: the gateway that promotes may run elsewhere, and a
+    # file can change. The path stays for people reading the record.
+    return {
+        "id": eval_set.id,
+        "version": eval_set.version,
+        "digest": eval_set.digest,
+        "path": str(Path(path).resolve()),
+        "content": eval_set.canonical_json().decode(),
+    }

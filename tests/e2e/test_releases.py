@@ -624,3 +624,26 @@ def test_refused_promotions_and_what_create_and_canary_say_are_audited(setup: di
     record = admin_records(one, "release.canary.start")[0]
     assert record["after"]["canary"] == "v3"
     assert "active" not in record["after"], "a canary does not make its release active"
+
+
+def test_a_release_pins_its_eval_sets_content_and_the_sets_threshold_applies(
+    setup: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    one, _ = setup["replicas"]
+    admin(one, "promote", {"version": "v1"}).raise_for_status()
+    workdir = tmp_path / "operator"
+    workdir.mkdir()
+    cases = [
+        {"id": "as-v2", "messages": QUESTION, "request": {"max_tokens": 6}, "assertions": [{"equals": setup["texts"]["v2"]}]},
+        {"id": "never", "messages": QUESTION, "request": {"max_tokens": 6}, "assertions": [{"equals": "no such text"}]},
+    ]  # fmt: skip
+    (workdir / "half.yaml").write_text(yaml.safe_dump({"id": "half", "version": 1, "threshold": 0.5, "cases": cases}))
+    monkeypatch.chdir(workdir)  # the operator names the set relative to where they are
+    created = CliRunner().invoke(
+        cli, ["releases", "create", MODEL, "--config", str(setup["config"]), "--version", "v3",
+              "--deployments", "new", "--system-prompt", "You are v2.", "--eval-set", "half.yaml"],
+    )  # fmt: skip
+    assert created.exit_code == 0, created.output
+    (workdir / "half.yaml").unlink()  # what the release pinned is its content, not a path
+    promoted = admin(one, "promote", {"version": "v3"})  # the gateway runs elsewhere
+    assert promoted.status_code == 200, promoted.text  # 1 of 2 passes: the set's own threshold, 50%
