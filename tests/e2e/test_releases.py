@@ -633,10 +633,11 @@ def test_a_release_pins_its_eval_sets_content_and_the_sets_threshold_applies(
     admin(one, "promote", {"version": "v1"}).raise_for_status()
     workdir = tmp_path / "operator"
     workdir.mkdir()
+    request = {"max_tokens": 6}
     cases = [
-        {"id": "as-v2", "messages": QUESTION, "request": {"max_tokens": 6}, "assertions": [{"equals": setup["texts"]["v2"]}]},
-        {"id": "never", "messages": QUESTION, "request": {"max_tokens": 6}, "assertions": [{"equals": "no such text"}]},
-    ]  # fmt: skip
+        {"id": "as-v2", "messages": QUESTION, "request": request, "assertions": [{"equals": setup["texts"]["v2"]}]},
+        {"id": "never", "messages": QUESTION, "request": request, "assertions": [{"equals": "no such text"}]},
+    ]
     (workdir / "half.yaml").write_text(yaml.safe_dump({"id": "half", "version": 1, "threshold": 0.5, "cases": cases}))
     monkeypatch.chdir(workdir)  # the operator names the set relative to where they are
     created = CliRunner().invoke(
