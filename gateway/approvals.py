@@ -53,6 +53,7 @@ class ApprovalService:
         arguments: str,
         need: NeedsApproval,
         conversation: list[dict[str, Any]] | None = None,
+        policy_name: str | None = None,
     ) -> dict[str, Any]:
         now = self._clock()
         record = {
@@ -70,6 +71,10 @@ class ApprovalService:
             "expires_at": now + need.ttl_s,
             "status": PENDING,
             "conversation_sha256": conversation_sha256(conversation or []),
+            # What an approver needs to judge the call: where it came from and which rule held it.
+            "excerpt": excerpt(conversation or []),
+            "policy": policy_name,
+            "risk": need.rule.risk.value,
         }
         if need.mode is ApprovalMode.WAIT:
             record["wait_deadline"] = now + need.timeout_s
@@ -211,6 +216,22 @@ class ApprovalService:
         if record is None:
             raise NotFound(f"approval '{approval_id}' not found")  # another tenant's id does not exist here
         return record
+
+
+_EXCERPT_MESSAGES = 4
+_EXCERPT_CHARS = 400
+
+
+def excerpt(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """The last few messages that led to the call, each cut short, for the approver."""
+    shown = []
+    for message in messages[-_EXCERPT_MESSAGES:]:
+        content = message.get("content")
+        if not isinstance(content, str):  # parts, or a tool call without text
+            content = orjson.dumps(content).decode() if content else ""
+        text = content if len(content) <= _EXCERPT_CHARS else content[: _EXCERPT_CHARS - 1] + "…"
+        shown.append({"role": str(message.get("role")), "content": text})
+    return shown
 
 
 def conversation_sha256(messages: list[dict[str, Any]]) -> str:

@@ -236,8 +236,17 @@ class ToolPolicy:
             return 0
         assert isinstance(decision, NeedsApproval)
         assert ctx.principal is not None
+        bindings = engine.file.bindings
+        policy_name = bindings.keys.get(ctx.principal.key_id) or bindings.tenants.get(ctx.principal.tenant)
         record = await self._approvals.request(
-            ctx.principal, ctx.session_id, call.id or "", name, arguments, decision, ctx.body.get("messages", [])
+            ctx.principal,
+            ctx.session_id,
+            call.id or "",
+            name,
+            arguments,
+            decision,
+            ctx.body.get("messages", []),
+            policy_name,
         )
         await self._record(ctx, name, arguments, "approval_requested", approval_id=record["id"])
         ctx.trace.approval_requested(record["id"], name, decision.mode.value)

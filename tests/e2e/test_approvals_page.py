@@ -40,6 +40,7 @@ def browser(tmp_path: Path) -> Iterator[object]:
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)
     driver.set_page_load_timeout(30)
+    driver.set_window_size(1400, 900)  # the screenshot shows the whole table
     try:
         yield driver
     finally:
@@ -79,3 +80,39 @@ def test_approve_button_releases_the_held_call(browser: object, gateway: Gateway
     assert record["decided_by"] != record["key_id"]
     delivered = ask(gateway, gateway.key, "send_email", headers={"X-Approval-Id": approval_id}).json()
     assert delivered["choices"][0]["message"]["tool_calls"][0]["approval_id"] == approval_id
+
+
+def test_the_page_refreshes_itself_shows_the_context_and_approves_with_a_reason(
+    browser: object, gateway: Gateway
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as until
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    _, approver = gateway.create_key(scopes=["approver"])
+    driver = browser
+    driver.get(f"{gateway.url}/admin/ui/approvals")  # type: ignore[attr-defined]
+    driver.find_element(By.ID, "key").send_keys(approver)  # type: ignore[attr-defined]
+    driver.find_element(By.ID, "load").click()  # type: ignore[attr-defined]
+    WebDriverWait(driver, 15).until(until.text_to_be_present_in_element((By.ID, "status"), "pending"))
+
+    approval_id = ask(gateway, gateway.key, "send_email", choose="send_email").headers["X-Approval-Id"]
+    row = f'tr[data-id="{approval_id}"]'  # appears without another click: the page refreshes itself
+    WebDriverWait(driver, 15).until(until.presence_of_element_located((By.CSS_SELECTOR, row)))
+    text = driver.find_element(By.CSS_SELECTOR, row).text  # type: ignore[attr-defined]
+    for context in ("please act", "agent", "high", "defer", "send_email"):  # excerpt, policy, risk, mode, tool
+        assert context in text, f"{context!r} not shown in {text!r}"
+    id_cell = driver.find_element(By.CSS_SELECTOR, f"{row} .approval-id")  # type: ignore[attr-defined]
+    assert id_cell.value_of_css_property("white-space") == "nowrap", "ids are not wrapped mid-word"
+    driver.find_element(By.CSS_SELECTOR, f"{row} input.reason").send_keys("checked the recipient")  # type: ignore[attr-defined]
+    artifacts = Path(__file__).resolve().parents[2] / "test-artifacts"
+    artifacts.mkdir(exist_ok=True)
+    driver.save_screenshot(str(artifacts / "approvals-page.png"))  # type: ignore[attr-defined]
+    driver.find_element(By.CSS_SELECTOR, f"{row} button.approve").click()  # type: ignore[attr-defined]
+    WebDriverWait(driver, 15).until(until.text_to_be_present_in_element((By.ID, "status"), "approved"))
+
+    record = httpx.get(
+        f"{gateway.url}/admin/approvals/{approval_id}", headers=gateway.headers(approver), timeout=10
+    ).json()
+    assert record["status"] == "approved"
+    assert record["decision_reason"] == "checked the recipient"
