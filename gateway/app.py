@@ -39,7 +39,7 @@ from gateway.quota import Admit
 from gateway.releases.candidate_path import CandidatePath
 from gateway.releases.checkpoints import CheckpointRegistry
 from gateway.releases.service import ActiveReleases, ReleaseService
-from gateway.releases.serving import ApplyRelease, ReleaseWatcher
+from gateway.releases.serving import ApplyRelease, CanaryFallback, ReleaseWatcher
 from gateway.routing.deployment import Deployment
 from gateway.routing.health import HealthMonitor
 from gateway.routing.router import ModelGroup, Router
@@ -112,6 +112,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
         CheckpointRegistry(settings.releases.checkpoint_registry) if settings.releases.checkpoint_registry else None
     )
     releases = ReleaseService(store, audit, router, health, checkpoint_registry, active_releases)
+    releases.on_canary_abort = telemetry.record_canary_abort
     release_watcher = ReleaseWatcher(store, releases, settings.releases.watch_interval_s)
 
     tool_policy = ToolPolicy(policies, approvals, audit, settings.tools.wait_poll_s, settings.tools.wait_keepalive_s)
@@ -128,6 +129,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
         quota,
         Meter(),
         CollectApproval(approvals),  # X-Approval-Id: answered here, after admission, without a model
+        CanaryFallback(),  # a canary request the candidate fails is served by the active release
     ]
     pipeline = compose(stages, Call(router))
     releases.candidate_path = CandidatePath(

@@ -55,6 +55,10 @@ class RequestContext:
     trace: RequestTrace = field(default_factory=RequestTrace)  # set by the tracing stage; inert without it
     # Set while a tool call waits for a person: a non-streamed answer sends whitespace this often.
     approval_keepalive_s: float | None = None
+    # A canary request: the active release it falls back to if the candidate fails before output.
+    release_fallback: dict[str, Any] | None = None
+    release_prompt: str = ""  # the system prompt the release put in front
+    canary_failed: bool = False
 
 
 class Stage(Protocol):

@@ -87,6 +87,11 @@ class Instruments:
             unit="{approval}",
             description="tool calls this replica holds while a person decides (wait mode)",
         )
+        self.canary_aborted = meter.create_counter(
+            "gateway.canary.aborted",
+            unit="{canary}",
+            description="canaries ended automatically because the candidate breached a threshold",
+        )
         self.checkpoint_duration = meter.create_histogram(
             "gateway.session.checkpoint.duration",
             unit="s",
@@ -179,6 +184,9 @@ class Telemetry:
             unit="{request}",
             description="requests let through unmetered because the quota store was unavailable",
         )
+
+    def record_canary_abort(self, model: str, version: str) -> None:
+        self.instruments.canary_aborted.add(1, {"gen_ai.request.model": model, "version": version})
 
     def record_checkpoint(self, seconds: float, sessions: int) -> None:
         # One store call writes every live session's news: `sessions` is not a label (unbounded).

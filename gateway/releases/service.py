@@ -99,6 +99,8 @@ class ReleaseService:
         self.run_load_hooks = True
         self.canary_monitor = CanaryMonitor()
         self._aborting: set[str] = set()
+        # Set by app.py: counts automatic canary aborts (model, version) in the metrics.
+        self.on_canary_abort: Callable[[str, str], None] | None = None
         # Set by app.py: eval traffic through this gateway's own request path. The CLI has none.
         self.candidate_path: CandidatePath | None = None
 
@@ -116,9 +118,14 @@ class ReleaseService:
 
     async def _abort(self, model: str, breach: str) -> None:
         try:
-            await self.end_canary("canary-monitor", model, f"automatic rollback: {breach}")
+            ended = await self.end_canary("canary-monitor", model, f"automatic rollback: {breach}")
         except GatewayError as error:  # store down or racing switch: the next request tries again
             log.warning("could not end the canary of %s: %s", model, error.message)
+            return
+        if ended["changed"]:
+            log.warning("canary %s of %s ended automatically: %s", ended["version"], model, breach)
+            if self.on_canary_abort is not None:
+                self.on_canary_abort(model, ended["version"])
 
     # --- records ------------------------------------------------------------------------------
     async def create(self, actor: Principal, model: str, spec: ReleaseSpec) -> dict[str, Any]:
@@ -389,7 +396,7 @@ class ReleaseService:
                                           "tenant": None, "target": f"{model}@{canary['version']}",
                                           "before": {"canary": canary["version"]}, "after": {"canary": None},
                                           "reason": reason})  # fmt: skip
-                return {"model": model, "canary": None, "changed": True, "reason": reason}
+                return {"model": model, "canary": None, "changed": True, "reason": reason, "version": canary["version"]}
         raise Conflict(f"{model}: the release keeps changing; try again")
 
     async def _checked(

@@ -67,6 +67,7 @@ class ApplyRelease:
         canary = self._active.canaries.get(ctx.model)
         on_canary = canary is not None and self._rng.random() < float(canary["share"])
         if on_canary:
+            ctx.release_fallback = record
             record = self._active.canary_records[ctx.model]
         if record is not None:
             _apply(ctx, record)
@@ -79,6 +80,8 @@ class ApplyRelease:
         finally:
             if record is not None and canary is not None:
                 tpot = ctx.route.attempts[-1].tpot_s if ctx.route.attempts else None
+                if ctx.canary_failed:  # the candidate failed; the active release answered instead
+                    ok, tpot = False, None
                 self._service.observe(ctx.model, Outcome(time.monotonic(), on_canary, ok, ctx.ttft_s, tpot))
 
     async def _pinned(self, ctx: RequestContext, version: str) -> dict[str, Any]:
@@ -90,11 +93,41 @@ class ApplyRelease:
         return await self._service.release(ctx.model, version)
 
 
+class CanaryFallback:
+    """Innermost: a canary request the candidate fails before any output is served by the active
+    release instead (its deployments and prompt), so a broken candidate costs its canary a failed
+    request, not a client an error. Inside quota admission: the client's one request is admitted
+    once."""
+
+    async def __call__(self, ctx: RequestContext, call_next: Handler) -> AsyncGenerator[Chunk, None]:
+        fallback = ctx.release_fallback
+        sent = False
+        try:
+            async with contextlib.aclosing(call_next(ctx)) as chunks:
+                async for chunk in chunks:
+                    sent = True
+                    yield chunk
+            return
+        except GatewayError:
+            if sent or fallback is None:
+                raise
+        ctx.canary_failed = True
+        candidate_prompt = {"role": "system", "content": ctx.release_prompt}
+        messages = ctx.body["messages"]
+        if ctx.release_prompt and messages and messages[0] == candidate_prompt:
+            ctx.body = {**ctx.body, "messages": messages[1:]}
+        _apply(ctx, fallback)
+        async with contextlib.aclosing(call_next(ctx)) as chunks:
+            async for chunk in chunks:
+                yield chunk
+
+
 def _apply(ctx: RequestContext, record: dict[str, Any]) -> None:
     ctx.release = record["version"]
     ctx.response_headers[RELEASE_RESPONSE_HEADER] = record["version"]
     ctx.deployments = frozenset(record["deployments"])
     system_prompt = record["prompt"]["system_prompt"]
+    ctx.release_prompt = system_prompt
     prompt_message = {"role": "system", "content": system_prompt}
     messages = ctx.body["messages"]
     # A stateful session's stored history already starts with it: add it once.
