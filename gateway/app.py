@@ -39,7 +39,7 @@ from gateway.quota import Admit
 from gateway.releases.candidate_path import CandidatePath
 from gateway.releases.checkpoints import CheckpointRegistry
 from gateway.releases.service import ActiveReleases, ReleaseService
-from gateway.releases.serving import ApplyRelease, CanaryFallback, ReleaseWatcher
+from gateway.releases.serving import ApplyRelease, CanaryFallback, CheckpointWatch, ReleaseWatcher
 from gateway.routing.deployment import Deployment
 from gateway.routing.health import HealthMonitor
 from gateway.routing.router import ModelGroup, Router
@@ -114,6 +114,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
     releases = ReleaseService(store, audit, router, health, checkpoint_registry, active_releases)
     releases.on_canary_abort = telemetry.record_canary_abort
     release_watcher = ReleaseWatcher(store, releases, settings.releases.watch_interval_s)
+    checkpoint_watch = CheckpointWatch(active_releases, settings.releases.verify_interval_s)
 
     tool_policy = ToolPolicy(policies, approvals, audit, settings.tools.wait_poll_s, settings.tools.wait_keepalive_s)
     stages: list[Stage] = [
@@ -159,6 +160,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
         health.start()
         policy_watch = asyncio.get_running_loop().create_task(policies.watch(settings.tools.reload_interval_s))
         release_watch = asyncio.get_running_loop().create_task(release_watcher.run())
+        verify_watch = asyncio.get_running_loop().create_task(checkpoint_watch.run())
         if sessions is not None:
             sessions.start_checkpoints()
         try:
@@ -166,6 +168,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
         finally:
             policy_watch.cancel()
             release_watch.cancel()
+            verify_watch.cancel()
             await health.stop()
             if sessions is not None:
                 await sessions.stop()
@@ -191,7 +194,8 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
     app.router.routes.extend(openai_api.routes())
     if sessions is not None:
         app.router.routes.extend(SessionsApi(sessions, authenticator).routes())
-    app.router.routes.extend(HealthApi(router, store, settings.quota.on_store_error).routes())
+    health_api = HealthApi(router, store, settings.quota.on_store_error, active_releases.checkpoint_problems)
+    app.router.routes.extend(health_api.routes())
     app.router.routes.extend(MetricsApi(telemetry.registry).routes())
     app.include_router(build_admin_router(authenticator, keys, store))
     app.include_router(build_approvals_router(authenticator, approvals, policies))

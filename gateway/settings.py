@@ -261,6 +261,9 @@ class TelemetrySettings(Frozen):
 class ReleaseSettings(Frozen):
     checkpoint_registry: Path | None = Field(default=None, description="root of `gateway checkpoints` registry")
     watch_interval_s: Seconds = Field(default=0.25, description="how fast a switch reaches every replica")
+    verify_interval_s: Seconds = Field(
+        default=300.0, description="how often the active releases' checkpoints are verified again (/readyz)"
+    )
 
 
 class Settings(Frozen):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
@@ -14,10 +16,17 @@ from gateway.wire import dumps
 
 
 class HealthApi:
-    def __init__(self, router: Router, store: Store, on_store_error: FailMode) -> None:
+    def __init__(
+        self,
+        router: Router,
+        store: Store,
+        on_store_error: FailMode,
+        release_problems: Mapping[str, list[str]] | None = None,
+    ) -> None:
         self._router = router
         self._store = store
         self._store_required = on_store_error is FailMode.CLOSED
+        self._release_problems = release_problems if release_problems is not None else {}
 
     def routes(self) -> list[BaseRoute]:
         return [
@@ -29,9 +38,10 @@ class HealthApi:
         return Response(dumps({"status": "ok"}), media_type="application/json")
 
     async def ready(self, _: Request) -> Response:
-        """Ready when every model has at least one healthy deployment whose breaker is not open,
-        and the store answers. A store outage makes the replica not ready only under
-        `fail_closed` quotas: under `fail_open` it still serves, and says the store is down."""
+        """Ready when every model has at least one healthy deployment whose breaker is not open
+        and an active release (if any) whose checkpoint still verifies, and the store answers. A
+        store outage makes the replica not ready only under `fail_closed` quotas: under
+        `fail_open` it still serves, and says the store is down."""
         models = {
             name: {
                 "ready": group.ready,
@@ -39,6 +49,9 @@ class HealthApi:
             }
             for name, group in self._router.groups.items()
         }
+        for name, problems in self._release_problems.items():
+            if problems and name in models:  # the active release's checkpoint no longer verifies
+                models[name] = {**models[name], "ready": False, "release": problems}
         store_up = await self._store_up()
         ready = all(m["ready"] for m in models.values()) and (store_up or not self._store_required)
         body = {

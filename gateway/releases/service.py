@@ -74,6 +74,8 @@ class ActiveReleases:
     generations: dict[str, int] = field(default_factory=dict)
     canaries: dict[str, dict[str, Any]] = field(default_factory=dict)  # the canary settings
     canary_records: dict[str, dict[str, Any]] = field(default_factory=dict)  # the candidate release
+    # What the last verification found wrong with each active release's checkpoint (/readyz).
+    checkpoint_problems: dict[str, list[str]] = field(default_factory=dict)
 
 
 class ReleaseService:

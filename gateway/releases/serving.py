@@ -14,6 +14,7 @@ import contextlib
 import random
 import time
 from collections.abc import AsyncGenerator
+from pathlib import Path
 from typing import Any
 
 from gateway.backends.base import Chunk
@@ -22,6 +23,7 @@ from gateway.pipeline import Handler, RequestContext
 from gateway.principal import Scope
 from gateway.releases.canary import Outcome
 from gateway.releases.candidate_path import RELEASE_HEADER
+from gateway.releases.checkpoints import verify
 from gateway.releases.service import ActiveReleases, ReleaseService
 from gateway.store.base import Store
 
@@ -44,6 +46,31 @@ class ReleaseWatcher:
                     if self._service.active.generations.get(model) != generation:
                         await self._service.refresh(model)
             await asyncio.sleep(self._interval_s)
+
+
+class CheckpointWatch:
+    """Verifies each active release's checkpoint again every `interval_s` (hashing runs in a
+    thread), so that weights changed or lost under a running release make /readyz say so."""
+
+    def __init__(self, active: ActiveReleases, interval_s: float) -> None:
+        self._active = active
+        self._interval_s = interval_s
+
+    async def run(self) -> None:
+        while True:
+            for model, record in list(self._active.records.items()):
+                pin = record.get("checkpoint")
+                problems = await asyncio.to_thread(_checkpoint_problems, pin) if pin else []
+                if self._active.records.get(model) is record:  # not switched meanwhile
+                    self._active.checkpoint_problems[model] = problems
+            for model in set(self._active.checkpoint_problems) - set(self._active.records):
+                del self._active.checkpoint_problems[model]
+            await asyncio.sleep(self._interval_s)
+
+
+def _checkpoint_problems(pin: dict[str, Any]) -> list[str]:
+    report = verify(Path(pin["path"]), expected_digest=pin["manifest_digest"])
+    return [f"checkpoint {pin['version']} {problem}" for problem in report.problems]
 
 
 class ApplyRelease:

@@ -653,3 +653,34 @@ def test_a_release_pins_its_eval_sets_content_and_the_sets_threshold_applies(
     (workdir / "half.yaml").unlink()  # what the release pinned is its content, not a path
     promoted = admin(one, "promote", {"version": "v3"})  # the gateway runs elsewhere
     assert promoted.status_code == 200, promoted.text  # 1 of 2 passes: the set's own threshold, 50%
+
+
+def test_readyz_is_not_ready_while_the_active_releases_checkpoint_is_corrupted(
+    sim_pair: list[Announced], tmp_path: Path
+) -> None:
+    registry_root = tmp_path / "registry"
+    registry = CheckpointRegistry(registry_root)
+    weights_dir = checkpoint(tmp_path / "ckpt", "ft", 100, registry)
+    releases = {"checkpoint_registry": str(registry_root), "verify_interval_s": 0.2}
+    config = gateway_config(deployment("a", sim_pair[0]), releases=releases)
+    with running_gateway(tmp_path, config) as gateway:
+        create(gateway, version="v1", checkpoint="ft@100")
+        admin(gateway, "promote", {"version": "v1"}).raise_for_status()
+
+        def readiness(wanted: int) -> dict[str, Any]:
+            deadline = time.monotonic() + 15
+            while True:
+                reply = httpx.get(f"{gateway.url}/readyz", timeout=10)
+                if reply.status_code == wanted:
+                    return dict(reply.json())
+                assert time.monotonic() < deadline, reply.text
+                time.sleep(0.05)
+
+        readiness(200)
+        weights = weights_dir / "model.safetensors"
+        good = weights.read_bytes()
+        weights.write_bytes(b"x" + good[1:])
+        body = readiness(503)
+        assert "model.safetensors" in str(body["models"][MODEL]["release"]), body
+        weights.write_bytes(good)
+        readiness(200)
