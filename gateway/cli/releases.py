@@ -60,12 +60,13 @@ gateway_option = click.option(
 _GATEWAY_TIMEOUT = httpx.Timeout(900.0, connect=10.0)  # a rollback may wait for a load hook's server
 
 
-def _ask_gateway(url: str, model: str, action: str, body: dict[str, Any]) -> Any:
+def _ask_gateway(url: str, model: str, action: str, body: dict[str, Any] | None, method: str = "POST") -> Any:
     key = os.environ.get("GATEWAY_ADMIN_KEY", "")
     if not key:
         raise click.ClickException("--gateway needs the admin key in GATEWAY_ADMIN_KEY")
     try:
-        reply = httpx.post(
+        reply = httpx.request(
+            method,
             f"{url.rstrip('/')}/admin/models/{model}/{action}",
             json=body,
             headers={"Authorization": f"Bearer {key}"},
@@ -180,3 +181,64 @@ def rollback_command(
         _print(_ask_gateway(gateway_url, model, "rollback", {"version": to_version, "reason": reason}))
         return
     _print(run(config_path, _with_service(lambda s, ctx: s.rollback(ctx.operator, model, to_version, reason))))
+
+
+@releases_group.group("canary")
+def canary_group() -> None:
+    """Send a share of traffic to a candidate (through a running gateway: --gateway or GATEWAY_URL)."""
+
+
+gateway_required = click.option(
+    "--gateway", "gateway_url", required=True, envvar="GATEWAY_URL", help="the gateway (admin key: GATEWAY_ADMIN_KEY)"
+)
+
+
+@canary_group.command("start")
+@gateway_required
+@click.argument("model")
+@click.argument("version")
+@click.option("--share", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.1, show_default=True)
+@click.option("--steps", default=None, help="rising shares, e.g. 0.05,0.25,1: up a step per clean window, 1 promotes")
+@click.option("--window-s", type=click.FloatRange(0, min_open=True), default=300.0, show_default=True)
+@click.option("--max-error-rate", type=click.FloatRange(0, 1), default=0.05, show_default=True)
+@click.option("--max-latency-ratio", type=click.FloatRange(1, min_open=True), default=1.5, show_default=True)
+@click.option("--min-requests", type=click.IntRange(1), default=20, show_default=True)
+def canary_start_command(gateway_url: str, model: str, version: str, steps: str | None, **settings: Any) -> None:
+    """Preflight VERSION, then send it a share of new requests; rolled back on a breach."""
+    body: dict[str, Any] = {"version": version, **settings}
+    if steps:
+        try:
+            body["steps"] = [float(share) for share in steps.split(",")]
+        except ValueError:
+            raise click.BadParameter("comma-separated numbers, e.g. 0.05,0.25,1", param_hint="--steps") from None
+    _print(_ask_gateway(gateway_url, model, "canary", body))
+
+
+@canary_group.command("status")
+@gateway_required
+@click.argument("model")
+def canary_status_command(gateway_url: str, model: str) -> None:
+    """The running canary and the gateway's live figures for it."""
+    status = _ask_gateway(gateway_url, model, "canary", None, method="GET")
+    canary = status["canary"]
+    if canary is None:
+        click.echo(f"{model}: no canary running")
+        return
+    step = f", step {int(canary['step']) + 1} of {len(canary['steps'])}" if canary.get("steps") else ""
+    click.echo(
+        f"{model}: canary {canary['version']} at {float(canary['share']):.0%}{step} (baseline {canary['baseline']})"
+    )
+    for side in ("candidate", "baseline"):
+        figures = status["stats"][side]
+        rate = "-" if figures["error_rate"] is None else f"{figures['error_rate']:.1%}"
+        ttft = "-" if figures["ttft_p50_s"] is None else f"{figures['ttft_p50_s'] * 1000:.0f} ms"
+        click.echo(f"  {side:9} {figures['requests']:6d} requests  errors {rate:>6}  TTFT p50 {ttft}")
+    click.echo(f"  (last {status['stats']['window_s']:g}s, as seen by the replica that answered)")
+
+
+@canary_group.command("stop")
+@gateway_required
+@click.argument("model")
+def canary_stop_command(gateway_url: str, model: str) -> None:
+    """End the canary: every new request goes to the active release."""
+    _print(_ask_gateway(gateway_url, model, "canary", None, method="DELETE"))

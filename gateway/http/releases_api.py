@@ -4,7 +4,7 @@
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gateway.auth import Authenticator
 from gateway.errors import InvalidRequest
@@ -49,6 +49,20 @@ class CanaryBody(BaseModel):
     max_error_rate: float = Field(default=0.05, ge=0, le=1)
     max_latency_ratio: float = Field(default=1.5, gt=1, description="candidate TTFT/TPOT median vs active")
     min_requests: int = Field(default=20, ge=1, description="per side, before judging")
+    steps: list[float] | None = Field(
+        default=None,
+        min_length=2,
+        max_length=20,
+        description="shares to go through, e.g. [0.05, 0.25, 1]: up a step after each clean window; 1 promotes",
+    )
+
+    @model_validator(mode="after")
+    def _steps_rise(self) -> "CanaryBody":
+        if self.steps is not None:
+            if any(not 0 < share <= 1 for share in self.steps) or sorted(set(self.steps)) != self.steps:
+                raise ValueError("steps must be rising shares in (0, 1]")
+            self.share = self.steps[0]
+        return self
 
 
 def build_releases_router(authenticator: Authenticator, releases: ReleaseService) -> APIRouter:
@@ -86,6 +100,11 @@ def build_releases_router(authenticator: Authenticator, releases: ReleaseService
         """Preflight, then a share of traffic to the candidate; rolled back automatically on a breach."""
         settings = body.model_dump(exclude={"version"})
         return await releases.start_canary(actor, model, body.version, settings)
+
+    @router.get("/models/{model}/canary")
+    async def canary_status(model: str, actor: Caller) -> dict[str, Any]:
+        """The running canary and this replica's live figures over its window."""
+        return await releases.canary_status(model)
 
     @router.delete("/models/{model}/canary")
     async def end_canary(model: str, actor: Caller) -> dict[str, Any]:

@@ -4,6 +4,11 @@ Each replica judges the traffic it serves; the first replica to see a breach end
 all of them (the canary lives in the store). A breach is the candidate's error rate above
 `max_error_rate`, or its median TTFT or TPOT above `max_latency_ratio` x the baseline's, once both
 sides have `min_requests` requests in the window.
+
+A canary with `steps` (shares, e.g. 0.05 -> 0.25 -> 1.0) moves up a step when a whole window has
+passed at the current step without a breach and with `min_requests` candidate requests seen here;
+the last step (a share of 1) promotes the candidate. Moves are compare-and-sets in the store, so of
+all replicas exactly one makes each.
 """
 
 from __future__ import annotations
@@ -55,6 +60,32 @@ class CanaryMonitor:
             if ratio is not None and ratio > float(canary["max_latency_ratio"]):
                 return f"{metric[:-2].upper()} median {ratio:.2f}x the active release's"
         return None
+
+    def stats(self, model: str, canary: dict[str, Any]) -> dict[str, Any]:
+        """This replica's view of the window: requests, errors and medians per side."""
+        horizon = self._clock() - float(canary["window_s"])
+        recent = [o for o in self._outcomes.get(model, ()) if o.at >= horizon]
+        return {
+            "window_s": float(canary["window_s"]),
+            "candidate": _side([o for o in recent if o.canary]),
+            "baseline": _side([o for o in recent if not o.canary]),
+        }
+
+    def candidate_requests(self, model: str, since: float) -> int:
+        return sum(1 for o in self._outcomes.get(model, ()) if o.canary and o.at >= since)
+
+
+def _side(outcomes: list[Outcome]) -> dict[str, Any]:
+    errors = sum(not o.ok for o in outcomes)
+    ttft = [o.ttft_s for o in outcomes if o.ttft_s is not None]
+    tpot = [o.tpot_s for o in outcomes if o.tpot_s is not None]
+    return {
+        "requests": len(outcomes),
+        "errors": errors,
+        "error_rate": errors / len(outcomes) if outcomes else None,
+        "ttft_p50_s": statistics.median(ttft) if ttft else None,
+        "tpot_p50_s": statistics.median(tpot) if tpot else None,
+    }
 
 
 def _median_ratio(candidate: list[Outcome], baseline: list[Outcome], metric: str) -> float | None:

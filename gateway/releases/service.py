@@ -11,8 +11,6 @@ poll interval (`ReleaseWatcher`).
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import hashlib
 import logging
 import subprocess
@@ -22,31 +20,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from gateway.audit import AuditWriter
-from gateway.errors import Conflict, GatewayError, InvalidRequest, NotFound
+from gateway.errors import Conflict, InvalidRequest, NotFound
 from gateway.principal import Principal, Scope
-from gateway.releases.canary import CanaryMonitor, Outcome
-from gateway.releases.candidate_path import BASE_URL as CANDIDATE_BASE_URL
+from gateway.releases.canary import CanaryMonitor
+from gateway.releases.canary_ops import CanaryOps
 from gateway.releases.candidate_path import CandidatePath
 from gateway.releases.checkpoints import CheckpointRegistry, RegistryError
 from gateway.releases.history import rollback_target
-from gateway.releases.load_hooks import bring_up as bring_up_deployment
-from gateway.releases.served import served_problems
-from gateway.releases.smoke import run_smoke
+from gateway.releases.preflight import PreflightChecks, PreflightFailed
 from gateway.routing.health import HealthMonitor
 from gateway.routing.router import Router
 from gateway.store.base import Store
 from gateway.store.release_record import HISTORY_CAP
 
 log = logging.getLogger(__name__)
-
-
-class PreflightFailed(GatewayError):
-    status = 409
-    type = "invalid_request_error"
-    code = "preflight_failed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +66,7 @@ class ActiveReleases:
     checkpoint_problems: dict[str, list[str]] = field(default_factory=dict)
 
 
-class ReleaseService:
+class ReleaseService(PreflightChecks, CanaryOps):
     def __init__(
         self,
         store: Store,
@@ -106,30 +94,6 @@ class ReleaseService:
         # Set by app.py: eval traffic through this gateway's own request path. The CLI has none.
         self.candidate_path: CandidatePath | None = None
 
-    def observe(self, model: str, outcome: Outcome) -> None:
-        """One finished request; ends the canary (once) when its candidate breaches a threshold."""
-        self.canary_monitor.observe(model, outcome)
-        canary = self.active.canaries.get(model)
-        if canary is None or model in self._aborting:
-            return
-        breach = self.canary_monitor.breach(model, canary)
-        if breach:
-            self._aborting.add(model)
-            task = asyncio.get_running_loop().create_task(self._abort(model, breach))
-            task.add_done_callback(lambda _: self._aborting.discard(model))
-
-    async def _abort(self, model: str, breach: str) -> None:
-        try:
-            ended = await self.end_canary("canary-monitor", model, f"automatic rollback: {breach}")
-        except GatewayError as error:  # store down or racing switch: the next request tries again
-            log.warning("could not end the canary of %s: %s", model, error.message)
-            return
-        if ended["changed"]:
-            log.warning("canary %s of %s ended automatically: %s", ended["version"], model, breach)
-            if self.on_canary_abort is not None:
-                self.on_canary_abort(model, ended["version"])
-
-    # --- records ------------------------------------------------------------------------------
     async def create(self, actor: Principal, model: str, spec: ReleaseSpec) -> dict[str, Any]:
         actor.require(Scope.ADMIN)
         group = self._group(model)
@@ -217,94 +181,6 @@ class ReleaseService:
             return {**result, "post_check": problem.message}
         return {**result, "post_check": "ok"}
 
-    async def preflight(
-        self, record: dict[str, Any], *, run_evals: bool, bring_up: bool = False, actor: Principal | None = None
-    ) -> None:
-        """Raise PreflightFailed naming every problem with this release."""
-        problems = self._checkpoint_problems(record) + await self._health_problems(record, bring_up)
-        if not problems:
-            chosen = [d.settings for d in self._group(record["model"]).deployments if d.name in record["deployments"]]
-            problems += await served_problems(chosen, record.get("checkpoint"))
-        if run_evals and not problems:
-            problems += await self._eval_problems(record, actor)
-        if not problems:
-            problems += await self._smoke_problems(record)
-        if problems:
-            raise PreflightFailed(f"{record['model']}@{record['version']}: " + "; ".join(problems))
-
-    def _checkpoint_problems(self, record: dict[str, Any]) -> list[str]:
-        pin = record.get("checkpoint")
-        if pin is None:
-            return []
-        from gateway.releases.checkpoints import verify
-
-        report = verify(Path(pin["path"]), expected_digest=pin["manifest_digest"])
-        return [f"checkpoint {pin['version']} {problem}" for problem in report.problems]
-
-    async def _health_problems(self, record: dict[str, Any], bring_up: bool) -> list[str]:
-        group = self._group(record["model"])
-        chosen = [d for d in group.deployments if d.name in record["deployments"]]
-        results = await asyncio.gather(*(self._health.probe(d) for d in chosen))
-        problems = []
-        for deployment, ok in zip(chosen, results, strict=True):
-            hook = deployment.settings.load_hook
-            if ok:
-                continue
-            if not (bring_up and hook):
-                problems.append(f"deployment {deployment.name} is not healthy")
-                continue
-            if not self.run_load_hooks:
-                problems.append(
-                    f"deployment {deployment.name} is not healthy and its load hook runs only in the gateway:"
-                    " roll back through the gateway (gateway releases rollback --gateway URL, or the admin API)"
-                )
-                continue
-            checkpoint = (record.get("checkpoint") or {}).get("path")
-            problem = await bring_up_deployment(
-                deployment.settings,
-                hook,
-                checkpoint,
-                functools.partial(self._health.probe, deployment),
-                self.hook_processes,
-            )
-            if problem:
-                problems.append(problem)
-        return problems
-
-    async def _eval_problems(self, record: dict[str, Any], actor: Principal | None) -> list[str]:
-        pin = record.get("eval_set")
-        if pin is None:
-            return []
-        from eval.gate import Thresholds, check_gate
-        from eval.runner import run_eval
-        from eval.sets import EvalSetError, load_eval_set, parse_eval_set
-
-        try:  # releases made before sets were pinned by content name a path
-            eval_set = (
-                parse_eval_set(orjson.loads(pin["content"])) if "content" in pin else load_eval_set(Path(pin["path"]))
-            )
-        except (EvalSetError, OSError) as error:
-            return [f"eval set {pin['id']} cannot be read: {error}"]
-        if eval_set.digest != pin["digest"]:
-            return [f"eval set {pin['id']} changed since the release pinned it"]
-        if self.candidate_path is None or actor is None:
-            return [f"eval set {pin['id']} runs through a gateway's request path: promote through the gateway"]
-        transport = self.candidate_path.transport(actor, record["version"])
-        result = await run_eval(eval_set, CANDIDATE_BASE_URL, None, record["model"], transport=transport)
-        verdict = check_gate(result, Thresholds(min_pass_rate=record["thresholds"].get("min_pass_rate")))
-        if verdict.passed:
-            return []
-        return [f"eval set {pin['id']}: " + "; ".join(verdict.reasons) + _failed_cases(result.cases)]
-
-    async def _smoke_problems(self, record: dict[str, Any]) -> list[str]:
-        smoke = record.get("smoke")
-        if not smoke:
-            return []
-        group = self._group(record["model"])
-        target = next(d for d in group.deployments if d.name in record["deployments"]).settings
-        problem = await run_smoke(smoke, target.api_base, target.api_key, target.model)
-        return [f"replay smoke run: {problem}"] if problem else []
-
     async def _switch(self, actor: Principal, model: str, version: str, action: str, reason: str) -> dict[str, Any]:
         for _ in range(5):  # a lost compare-and-set means another switch landed: look again
             current, generation = await self._store.release_active(model)
@@ -365,42 +241,6 @@ class ReleaseService:
         self.active.generations[model] = generation
 
     # --- canaries -----------------------------------------------------------------------------
-    async def start_canary(
-        self, actor: Principal, model: str, version: str, settings: dict[str, Any]
-    ) -> dict[str, Any]:
-        """Send `settings["share"]` of new requests to `version` after the same preflight as a promotion."""
-        actor.require(Scope.ADMIN)
-        record = await self.release(model, version)
-        active, generation = await self._store.release_active(model)
-        if active is None or active == version:
-            raise InvalidRequest(f"a canary needs an active release other than {version}", param="version")
-        await self._checked(actor, "release.canary.start", record, self.preflight(record, run_evals=True, actor=actor))
-        canary = {**settings, "version": version, "baseline": active, "started_at": self._clock(), "by": actor.key_id}
-        won, new_generation = await self._store.release_set_canary(model, canary, generation)
-        if not won:
-            raise Conflict(f"{model}: the active release changed; try again")
-        self.canary_monitor.reset(model)
-        await self.refresh(model)
-        await self._record(actor, "release.canary.start", model, active, version, str(settings), field="canary")
-        return {"model": model, "canary": canary, "generation": new_generation}
-
-    async def end_canary(self, actor_key_id: str, model: str, reason: str) -> dict[str, Any]:
-        """Stop sending traffic to the candidate (an automatic rollback when a threshold was breached)."""
-        for _ in range(5):
-            canary = await self._store.release_canary(model)
-            if canary is None:
-                return {"model": model, "canary": None, "changed": False}
-            _, generation = await self._store.release_active(model)
-            won, _ = await self._store.release_set_canary(model, None, generation)
-            if won:
-                await self.refresh(model)
-                await self._audit.submit({"kind": "admin", "action": "release.canary.rollback", "actor": actor_key_id,
-                                          "tenant": None, "target": f"{model}@{canary['version']}",
-                                          "before": {"canary": canary["version"]}, "after": {"canary": None},
-                                          "reason": reason})  # fmt: skip
-                return {"model": model, "canary": None, "changed": True, "reason": reason, "version": canary["version"]}
-        raise Conflict(f"{model}: the release keeps changing; try again")
-
     async def _checked(
         self, actor: Principal, action: str, record: dict[str, Any], preflight: Coroutine[Any, Any, None]
     ) -> None:
@@ -447,19 +287,6 @@ class ReleaseService:
                 "reason": reason,
             }
         )
-
-
-_CASES_NAMED = 10  # a failed gate names this many failed cases, then counts the rest
-
-
-def _failed_cases(cases: Sequence[Any]) -> str:
-    failed = [c for c in cases if not c.passed]
-    named = []
-    for case in failed[:_CASES_NAMED]:
-        why = case.error or "; ".join(f"{f.kind}: {f.message}" for f in case.failures)
-        named.append(f"case {case.case_id} ({why})")
-    more = f"; and {len(failed) - _CASES_NAMED} more" if len(failed) > _CASES_NAMED else ""
-    return (" - failed: " + "; ".join(named) + more) if named else ""
 
 
 def _smoke_pin(spec: ReleaseSpec) -> dict[str, Any] | None:

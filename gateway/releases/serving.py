@@ -45,6 +45,7 @@ class ReleaseWatcher:
                 for model, generation in generations.items():
                     if self._service.active.generations.get(model) != generation:
                         await self._service.refresh(model)
+                await self._service.advance_canaries()
             await asyncio.sleep(self._interval_s)
 
 

@@ -410,7 +410,8 @@ def test_promotion_runs_a_replay_smoke_run_against_the_release(setup: dict[str, 
     misses = {**meets, "version": "v4", "smoke_slo_ttft_ms": 0.001}
     for body in (meets, misses):
         assert httpx.post(f"{base}/releases", json=body, headers=headers, timeout=10).status_code == 201
-    assert admin(one, "promote", {"version": "v3"}).status_code == 200
+    promoted = admin(one, "promote", {"version": "v3"})
+    assert promoted.status_code == 200, promoted.text
     refused = admin(one, "promote", {"version": "v4"})
     assert refused.status_code == 409
     assert "replay smoke run" in refused.json()["error"]["message"]
@@ -684,3 +685,42 @@ def test_readyz_is_not_ready_while_the_active_releases_checkpoint_is_corrupted(
         assert "model.safetensors" in str(body["models"][MODEL]["release"]), body
         weights.write_bytes(good)
         readiness(200)
+
+
+def test_a_stepped_canary_moves_up_and_promotes_itself(sims: list[Announced], tmp_path: Path) -> None:
+    config = gateway_config(
+        deployment("old", sims[0]), deployment("new", sims[1], priority=1), releases={"watch_interval_s": 0.05}
+    )
+    with running_gateway(tmp_path, config) as gateway:
+        for version, name in (("v1", "old"), ("v2", "new")):
+            create(gateway, version=version, deployments=[name])
+        admin(gateway, "promote", {"version": "v1"}).raise_for_status()
+        env = {"GATEWAY_ADMIN_KEY": gateway.admin_key}
+        started = CliRunner().invoke(
+            cli,
+            ["releases", "canary", "start", MODEL, "v2", "--steps", "0.3,0.6,1", "--window-s", "0.3",
+             "--min-requests", "2", "--gateway", gateway.url],
+            env=env,
+        )  # fmt: skip
+        assert started.exit_code == 0, started.output
+        body = {"model": MODEL, "messages": QUESTION, "max_tokens": 3}
+        shares, candidate_seen = [], 0
+        for _ in range(400):  # bounded: three windows of 0.3 s with a few requests each
+            reply = httpx.post(f"{gateway.url}/v1/chat/completions", json=body, headers=gateway.headers(), timeout=10)
+            assert reply.status_code == 200, reply.text
+            status = httpx.get(
+                f"{gateway.url}/admin/models/{MODEL}/canary", headers=gateway.headers(gateway.admin_key), timeout=10
+            ).json()
+            if status["canary"] is None:
+                break
+            shares.append(status["canary"]["share"])
+            candidate_seen = max(candidate_seen, status["stats"]["candidate"]["requests"])
+        assert overview(gateway)["active"] == "v2", "the last step promoted the candidate"
+        assert sorted(set(shares)) == [0.3, 0.6], shares
+        assert candidate_seen > 0, "the live stats counted the candidate's requests"
+        shown = CliRunner().invoke(cli, ["releases", "canary", "status", MODEL, "--gateway", gateway.url], env=env)
+        assert shown.exit_code == 0, shown.output
+        assert "no canary" in shown.output
+        steps = admin_records(gateway, "release.canary.step")
+        assert [r["after"]["share"] for r in reversed(steps)] == [0.6]
+        assert admin_records(gateway, "release.canary.promote")

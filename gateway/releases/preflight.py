@@ -1,0 +1,149 @@
+"""The preflight of a release: everything that must hold before traffic may switch to it.
+
+The checkpoint's files match its manifest; each deployment is healthy (a rollback may bring one
+back with its load hook) and serves the pinned checkpoint (served.py); the eval set passes through
+this gateway's own request path pinned to the candidate (candidate_path.py); a replay smoke run
+meets its SLOs. Every problem is named, not only the first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from gateway.errors import GatewayError
+from gateway.principal import Principal
+from gateway.releases.candidate_path import BASE_URL as CANDIDATE_BASE_URL
+from gateway.releases.load_hooks import bring_up as bring_up_deployment
+from gateway.releases.served import served_problems
+from gateway.releases.smoke import run_smoke
+
+if TYPE_CHECKING:
+    import subprocess
+
+    from gateway.releases.candidate_path import CandidatePath
+    from gateway.routing.health import HealthMonitor
+
+
+class PreflightFailed(GatewayError):
+    status = 409
+    type = "invalid_request_error"
+    code = "preflight_failed"
+
+
+class PreflightChecks:
+    """Mixed into ReleaseService (whose state the checks read)."""
+
+    if TYPE_CHECKING:  # what ReleaseService provides
+        _health: HealthMonitor
+        candidate_path: CandidatePath | None
+        hook_processes: list[subprocess.Popen[bytes]]
+        run_load_hooks: bool
+
+        def _group(self, model: str) -> Any: ...
+
+    async def preflight(
+        self, record: dict[str, Any], *, run_evals: bool, bring_up: bool = False, actor: Principal | None = None
+    ) -> None:
+        """Raise PreflightFailed naming every problem with this release."""
+        problems = self._checkpoint_problems(record) + await self._health_problems(record, bring_up)
+        if not problems:
+            chosen = [d.settings for d in self._group(record["model"]).deployments if d.name in record["deployments"]]
+            problems += await served_problems(chosen, record.get("checkpoint"))
+        if run_evals and not problems:
+            problems += await self._eval_problems(record, actor)
+        if not problems:
+            problems += await self._smoke_problems(record)
+        if problems:
+            raise PreflightFailed(f"{record['model']}@{record['version']}: " + "; ".join(problems))
+
+    def _checkpoint_problems(self, record: dict[str, Any]) -> list[str]:
+        pin = record.get("checkpoint")
+        if pin is None:
+            return []
+        from gateway.releases.checkpoints import verify
+
+        report = verify(Path(pin["path"]), expected_digest=pin["manifest_digest"])
+        return [f"checkpoint {pin['version']} {problem}" for problem in report.problems]
+
+    async def _health_problems(self, record: dict[str, Any], bring_up: bool) -> list[str]:
+        group = self._group(record["model"])
+        chosen = [d for d in group.deployments if d.name in record["deployments"]]
+        results = await asyncio.gather(*(self._health.probe(d) for d in chosen))
+        problems = []
+        for deployment, ok in zip(chosen, results, strict=True):
+            hook = deployment.settings.load_hook
+            if ok:
+                continue
+            if not (bring_up and hook):
+                problems.append(f"deployment {deployment.name} is not healthy")
+                continue
+            if not self.run_load_hooks:
+                problems.append(
+                    f"deployment {deployment.name} is not healthy and its load hook runs only in the gateway:"
+                    " roll back through the gateway (gateway releases rollback --gateway URL, or the admin API)"
+                )
+                continue
+            checkpoint = (record.get("checkpoint") or {}).get("path")
+            problem = await bring_up_deployment(
+                deployment.settings,
+                hook,
+                checkpoint,
+                functools.partial(self._health.probe, deployment),
+                self.hook_processes,
+            )
+            if problem:
+                problems.append(problem)
+        return problems
+
+    async def _eval_problems(self, record: dict[str, Any], actor: Principal | None) -> list[str]:
+        pin = record.get("eval_set")
+        if pin is None:
+            return []
+        from eval.gate import Thresholds, check_gate
+        from eval.runner import run_eval
+        from eval.sets import EvalSetError, load_eval_set, parse_eval_set
+
+        try:  # releases made before sets were pinned by content name a path
+            eval_set = (
+                parse_eval_set(orjson.loads(pin["content"])) if "content" in pin else load_eval_set(Path(pin["path"]))
+            )
+        except (EvalSetError, OSError) as error:
+            return [f"eval set {pin['id']} cannot be read: {error}"]
+        if eval_set.digest != pin["digest"]:
+            return [f"eval set {pin['id']} changed since the release pinned it"]
+        if self.candidate_path is None or actor is None:
+            return [f"eval set {pin['id']} runs through a gateway's request path: promote through the gateway"]
+        transport = self.candidate_path.transport(actor, record["version"])
+        result = await run_eval(eval_set, CANDIDATE_BASE_URL, None, record["model"], transport=transport)
+        verdict = check_gate(result, Thresholds(min_pass_rate=record["thresholds"].get("min_pass_rate")))
+        if verdict.passed:
+            return []
+        return [f"eval set {pin['id']}: " + "; ".join(verdict.reasons) + _failed_cases(result.cases)]
+
+    async def _smoke_problems(self, record: dict[str, Any]) -> list[str]:
+        smoke = record.get("smoke")
+        if not smoke:
+            return []
+        group = self._group(record["model"])
+        target = next(d for d in group.deployments if d.name in record["deployments"]).settings
+        problem = await run_smoke(smoke, target.api_base, target.api_key, target.model)
+        return [f"replay smoke run: {problem}"] if problem else []
+
+
+_CASES_NAMED = 10  # a failed gate names this many failed cases, then counts the rest
+
+
+def _failed_cases(cases: Sequence[Any]) -> str:
+    failed = [c for c in cases if not c.passed]
+    named = []
+    for case in failed[:_CASES_NAMED]:
+        why = case.error or "; ".join(f"{f.kind}: {f.message}" for f in case.failures)
+        named.append(f"case {case.case_id} ({why})")
+    more = f"; and {len(failed) - _CASES_NAMED} more" if len(failed) > _CASES_NAMED else ""
+    return (" - failed: " + "; ".join(named) + more) if named else ""
