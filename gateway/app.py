@@ -48,6 +48,7 @@ from gateway.settings import Settings
 from gateway.store.base import Store
 from gateway.store.factory import open_store
 from gateway.telemetry import Telemetry
+from gateway.tenancy import ModelTenancy
 from gateway.tool_policy import PolicyHolder, ToolPolicy
 from gateway.trace_stage import TraceRequests
 
@@ -101,6 +102,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
     keys = KeyService(store, audit, on_change=authenticator.forget)
     quota = Admit(store, settings.quota)
     model_names = [m.name for m in settings.models]
+    tenancy = ModelTenancy({m.name: m.tenants for m in settings.models})
     audit_requests = AuditRequests(audit, capture=settings.audit.capture)
     policies = PolicyHolder(settings.tools.policy_file)
     approvals = ApprovalService(store, audit, approval_secret(settings))
@@ -121,7 +123,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
         AssignSession(),
         ParseRequest(settings.server.max_body_bytes),
         AppendHistory(store),
-        ResolveModel(model_names),
+        ResolveModel(tenancy),
         ApplyRelease(active_releases, releases),
         tool_policy,
         quota,
@@ -173,7 +175,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
     app = FastAPI(
         title="agent-gateway", lifespan=lifespan, docs_url=None, redoc_url=None, telemetry=no_fastapi_telemetry
     )
-    openai_api = OpenAIApi(pipeline, authenticator, sessions, model_names, settings.server.max_body_bytes)
+    openai_api = OpenAIApi(pipeline, authenticator, sessions, tenancy, settings.server.max_body_bytes)
     app.router.routes.extend(openai_api.routes())
     if sessions is not None:
         app.router.routes.extend(SessionsApi(sessions, authenticator).routes())
@@ -181,7 +183,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
     app.router.routes.extend(MetricsApi(telemetry.registry).routes())
     app.include_router(build_admin_router(authenticator, keys, store))
     app.include_router(build_approvals_router(authenticator, approvals, policies))
-    app.include_router(build_releases_router(authenticator, releases))
+    app.include_router(build_releases_router(authenticator, releases, tenancy))
     app.router.routes.extend(admin_page_routes())
     install_error_handlers(app)
     app.state.router = router

@@ -45,6 +45,7 @@ def principal_of(record: KeyRecord) -> Principal:
         scopes=frozenset(record.scopes),
         models=frozenset(record.models),
         limits=record.limits,
+        all_tenants=Scope.PLATFORM.value in record.scopes,
     )
 
 

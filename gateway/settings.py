@@ -114,6 +114,9 @@ class DeploymentSettings(Frozen):
 
 class ModelSettings(Frozen):
     name: str = Field(min_length=1)
+    # Who may use the model; empty: every tenant (a shared model, managed only by platform admins).
+    # A model whose only tenant is T is owned by T: T's admins manage its releases.
+    tenants: list[str] = Field(default_factory=list)
     strategy: Strategy | None = None
     deployments: list[DeploymentSettings] = Field(min_length=1)
 

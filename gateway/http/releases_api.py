@@ -10,6 +10,7 @@ from gateway.auth import Authenticator
 from gateway.errors import InvalidRequest
 from gateway.principal import Principal, Scope
 from gateway.releases.service import ReleaseService, ReleaseSpec
+from gateway.tenancy import ModelTenancy
 
 
 class CreateReleaseBody(BaseModel):
@@ -48,22 +49,32 @@ class CanaryBody(BaseModel):
     min_requests: int = Field(default=20, ge=1, description="per side, before judging")
 
 
-def build_releases_router(authenticator: Authenticator, releases: ReleaseService) -> APIRouter:
+def build_releases_router(authenticator: Authenticator, releases: ReleaseService, tenancy: ModelTenancy) -> APIRouter:
     router = APIRouter(prefix="/admin")
 
-    async def caller(request: Request) -> Principal:
+    async def admin(request: Request) -> Principal:
         principal = await authenticator.authenticate(request.headers)
         principal.require(Scope.ADMIN)
         return principal
 
-    Caller = Annotated[Principal, Depends(caller)]
+    async def reader(model: str, principal: Annotated[Principal, Depends(admin)]) -> Principal:
+        tenancy.require_use(principal, model)
+        return principal
+
+    async def manager(model: str, principal: Annotated[Principal, Depends(admin)]) -> Principal:
+        """A switch changes what every tenant of the model receives (see gateway/tenancy.py)."""
+        tenancy.require_manage(principal, model)
+        return principal
+
+    Reader = Annotated[Principal, Depends(reader)]
+    Caller = Annotated[Principal, Depends(manager)]
 
     @router.post("/models/{model}/releases", status_code=201)
     async def create(model: str, body: CreateReleaseBody, actor: Caller) -> dict[str, Any]:
         return await releases.create(actor, model, ReleaseSpec(**body.model_dump()))
 
     @router.get("/models/{model}/releases")
-    async def overview(model: str, actor: Caller) -> dict[str, Any]:
+    async def overview(model: str, actor: Reader) -> dict[str, Any]:
         return await releases.overview(model)
 
     @router.post("/models/{model}/promote")
