@@ -46,6 +46,8 @@ class RequestContext:
     ttft_s: float | None = None
     principal: Principal | None = None
     session_id: str | None = None
+    session_owner: str | None = None  # the key id owning the session (None: this request's key)
+    session_shared: bool = False  # the session is open to every key of its tenant
     estimated_prompt_tokens: int = 0
     quota_note: str | None = None  # set when quotas were not enforced (store down, fail-open)
     response_headers: dict[str, str] = field(default_factory=dict)
