@@ -13,6 +13,7 @@ import base64
 import contextlib
 import hashlib
 import hmac
+import re
 import secrets
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping
@@ -32,6 +33,24 @@ BOOTSTRAP_KEY_ID = "bootstrap-admin"
 def new_secret() -> str:
     raw = base64.urlsafe_b64encode(secrets.token_bytes(_SECRET_BYTES)).rstrip(b"=").decode()
     return SECRET_PREFIX + raw
+
+
+_BASE64URL = re.compile(r"^[A-Za-z0-9_-]*$")
+KEY_SHAPE = (
+    f"'{SECRET_PREFIX}' followed by {_SECRET_LENGTH - len(SECRET_PREFIX)} base64url characters (A-Z a-z 0-9 - _)"
+)
+
+
+def secret_problem(secret: str) -> str | None:
+    """What makes `secret` unusable as a key, in words (never echoing it), or None."""
+    body = secret.removeprefix(SECRET_PREFIX)
+    if not secret.startswith(SECRET_PREFIX):
+        return f"it does not start with '{SECRET_PREFIX}'"
+    if not _BASE64URL.match(body):
+        return "it contains characters other than base64url (A-Z a-z 0-9 - _), or whitespace"
+    if len(secret) != _SECRET_LENGTH:
+        return f"it has {len(body)} characters after '{SECRET_PREFIX}', not {_SECRET_LENGTH - len(SECRET_PREFIX)}"
+    return None
 
 
 def digest(secret: str) -> str:

@@ -99,6 +99,14 @@ def _row(record: KeyRecord) -> str:
     return f"{record.id:<22} {record.prefix:<14} {record.tenant:<16} {record.name:<20} {scopes:<24} {state}"
 
 
+@keys_group.command("generate")
+def generate_command() -> None:
+    """Print a fresh random key (e.g. for GATEWAY_ADMIN_KEY); nothing is stored."""
+    from gateway.auth import new_secret
+
+    click.echo(new_secret())
+
+
 @keys_group.command("list")
 @config_option
 def list_command(config_path: Path) -> None:
