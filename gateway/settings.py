@@ -192,11 +192,15 @@ class FailMode(StrEnum):
     CLOSED = "fail_closed"  # refuse with 503
 
 
+# Quota counters are Lua numbers (doubles) in Redis: a limit above 2**53 could not be counted exactly.
+MAX_LIMIT = 2**53 - 1
+
+
 class LimitSettings(Frozen):
-    rpm: int | None = Field(default=None, ge=1)
-    tpm: int | None = Field(default=None, ge=1)
-    max_concurrency: int | None = Field(default=None, ge=1)
-    daily_tokens: int | None = Field(default=None, ge=1)
+    rpm: int | None = Field(default=None, ge=1, le=MAX_LIMIT)
+    tpm: int | None = Field(default=None, ge=1, le=MAX_LIMIT)
+    max_concurrency: int | None = Field(default=None, ge=1, le=MAX_LIMIT)
+    daily_tokens: int | None = Field(default=None, ge=1, le=MAX_LIMIT)
 
 
 class AuthSettings(Frozen):

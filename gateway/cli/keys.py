@@ -13,6 +13,7 @@ import orjson
 
 from gateway.cli.context import CliContext, config_option, run
 from gateway.keys import KeyService, NewKey, public_view
+from gateway.settings import MAX_LIMIT
 from gateway.store.base import KeyRecord, Limits
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
@@ -55,10 +56,10 @@ def keys_group() -> None:
 @click.option("--tenant", required=True)
 @click.option("--models", default="", help="comma-separated; empty: every model")
 @click.option("--scopes", default="chat", show_default=True, help="comma-separated: chat,admin,approver,audit")
-@click.option("--rpm", type=click.IntRange(min=1), default=None)
-@click.option("--tpm", type=click.IntRange(min=1), default=None)
-@click.option("--max-concurrency", type=click.IntRange(min=1), default=None)
-@click.option("--daily-tokens", type=click.IntRange(min=1), default=None)
+@click.option("--rpm", type=click.IntRange(min=1, max=MAX_LIMIT), default=None)
+@click.option("--tpm", type=click.IntRange(min=1, max=MAX_LIMIT), default=None)
+@click.option("--max-concurrency", type=click.IntRange(min=1, max=MAX_LIMIT), default=None)
+@click.option("--daily-tokens", type=click.IntRange(min=1, max=MAX_LIMIT), default=None)
 @click.option("--expires", default=None, help="30d, 12h, or an ISO date")
 def create_command(
     config_path: Path,
