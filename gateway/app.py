@@ -71,6 +71,7 @@ def build_audit_writer(settings: Settings, store: Store) -> AuditWriter:
         queue_size=audit.queue_size,
         batch_size=audit.batch_size,
         flush_interval_s=audit.flush_interval_s,
+        hmac_key=audit.hmac_key.encode(),
     )
 
 
@@ -181,7 +182,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
         app.router.routes.extend(SessionsApi(sessions, authenticator).routes())
     app.router.routes.extend(HealthApi(router, store, settings.quota.on_store_error).routes())
     app.router.routes.extend(MetricsApi(telemetry.registry).routes())
-    app.include_router(build_admin_router(authenticator, keys, store))
+    app.include_router(build_admin_router(authenticator, keys, store, settings.audit.hmac_key.encode()))
     app.include_router(build_approvals_router(authenticator, approvals, policies))
     app.include_router(build_releases_router(authenticator, releases, tenancy))
     app.router.routes.extend(admin_page_routes())

@@ -219,6 +219,10 @@ class QuotaSettings(Frozen):
 
 class AuditSettings(Frozen):
     capture: bool = Field(default=False, description="store prompts and completions (secrets redacted)")
+    # Keys the chain: each record's hash becomes an HMAC, so nobody with write access to the store
+    # but not this key can re-hash an edited chain. Keep it out of the store and the file:
+    # `hmac_key: ${GATEWAY_AUDIT_KEY}`. Empty: plain SHA-256 (tamper-evident, not tamper-proof).
+    hmac_key: str = Field(default="", pattern=r"^(|.{32,})$", description="empty or at least 32 characters")
     queue_size: int = Field(default=10_000, ge=1)
     batch_size: int = Field(default=200, ge=1)
     flush_interval_s: Seconds = 0.05

@@ -44,7 +44,7 @@ class RevokeBody(BaseModel):
     reason: str = Field(default="", max_length=1000)
 
 
-def build_admin_router(authenticator: Authenticator, keys: KeyService, store: Store) -> APIRouter:
+def build_admin_router(authenticator: Authenticator, keys: KeyService, store: Store, audit_key: bytes) -> APIRouter:
     router = APIRouter(prefix="/admin")
 
     async def caller(request: Request) -> Principal:
@@ -107,7 +107,7 @@ def build_admin_router(authenticator: Authenticator, keys: KeyService, store: St
         actor.require(Scope.AUDIT)
         if not actor.all_tenants:
             raise PermissionDenied("verifying the whole chain needs a key that sees every tenant")
-        verdict = await verify_store(store)
+        verdict = await verify_store(store, audit_key)
         return {
             "ok": verdict.ok,
             "checked": verdict.checked,
