@@ -184,7 +184,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
     app.router.routes.extend(MetricsApi(telemetry.registry).routes())
     app.include_router(build_admin_router(authenticator, keys, store, settings.audit.hmac_key.encode()))
     app.include_router(build_approvals_router(authenticator, approvals, policies))
-    app.include_router(build_releases_router(authenticator, releases, tenancy))
+    app.include_router(build_releases_router(authenticator, releases, tenancy, settings.releases.file_roots))
     app.router.routes.extend(admin_page_routes())
     install_error_handlers(app)
     app.state.router = router

@@ -268,6 +268,9 @@ class TelemetrySettings(Frozen):
 
 class ReleaseSettings(Frozen):
     checkpoint_registry: Path | None = Field(default=None, description="root of `gateway checkpoints` registry")
+    # Directories whose files (eval sets, smoke samples) a release made through the admin API may
+    # name; empty: the API names no files (the CLI, run by the operator, is not restricted).
+    file_roots: list[Path] = Field(default_factory=list)
     watch_interval_s: Seconds = Field(default=0.25, description="how fast a switch reaches every replica")
 
 
