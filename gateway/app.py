@@ -24,7 +24,7 @@ from gateway.audit_records import AuditRequests
 from gateway.auth import Authenticate, Authenticator
 from gateway.backends.factory import build_backend
 from gateway.http.admin_api import build_admin_router
-from gateway.http.admin_pages import admin_page_routes
+from gateway.http.admin_pages import admin_page_routes, openapi_routes
 from gateway.http.approvals_api import build_approvals_router
 from gateway.http.errors import install_error_handlers
 from gateway.http.health import HealthApi
@@ -44,7 +44,7 @@ from gateway.routing.health import HealthMonitor
 from gateway.routing.router import ModelGroup, Router
 from gateway.routing.strategies import STRATEGIES
 from gateway.sessions import AppendHistory, AssignSession, SessionManager
-from gateway.settings import Settings
+from gateway.settings import OpenApiExposure, Settings
 from gateway.store.base import Store
 from gateway.store.factory import open_store
 from gateway.telemetry import Telemetry
@@ -173,8 +173,15 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
         "logs": False,
         "operation_spans": False,
     }
+    # No docs pages; the schema maps every admin endpoint, so by default only an admin may read it.
+    public_schema = settings.server.openapi is OpenApiExposure.PUBLIC
     app = FastAPI(
-        title="agent-gateway", lifespan=lifespan, docs_url=None, redoc_url=None, telemetry=no_fastapi_telemetry
+        title="agent-gateway",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url="/openapi.json" if public_schema else None,
+        telemetry=no_fastapi_telemetry,
     )
     openai_api = OpenAIApi(pipeline, authenticator, sessions, tenancy, settings.server.max_body_bytes)
     app.router.routes.extend(openai_api.routes())
@@ -186,6 +193,8 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
     app.include_router(build_approvals_router(authenticator, approvals, policies))
     app.include_router(build_releases_router(authenticator, releases, tenancy, settings.releases.file_roots))
     app.router.routes.extend(admin_page_routes())
+    if settings.server.openapi is OpenApiExposure.ADMIN:
+        app.router.routes.extend(openapi_routes(app, authenticator))
     install_error_handlers(app)
     app.state.router = router
     app.state.quota = quota

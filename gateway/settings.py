@@ -168,10 +168,17 @@ class RoutingSettings(Frozen):
     slow: SlowDetectionSettings = SlowDetectionSettings()
 
 
+class OpenApiExposure(StrEnum):
+    ADMIN = "admin"  # GET /openapi.json with a key holding the admin scope
+    PUBLIC = "public"  # anyone who can reach the port
+    OFF = "off"  # not served
+
+
 class ServerSettings(Frozen):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
     max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
+    openapi: OpenApiExposure = OpenApiExposure.ADMIN
 
 
 class EmbeddedStoreSettings(Frozen):
