@@ -1,6 +1,6 @@
 """What a proxy adds: direct to a fast upstream vs through this gateway vs through the LiteLLM proxy.
 
-    python bench/overhead.py [--quick] [--rounds 3] [--litellm-python /work/bench-venv/bin/python]
+    python bench/overhead.py [--quick] [--rounds 3] [--litellm-python PATH]
 
 One run starts the upstream (bench/fast_upstream.py), the gateway and, when available, LiteLLM,
 then measures in alternating rounds every scenario (non-streaming and streaming, at concurrency 1
@@ -8,7 +8,8 @@ and 32) on every path. It prints a Markdown table, the target ratios and the com
 the raw figures to bench/results/overhead-<timestamp>.json.
 
 LiteLLM runs from its own virtualenv, so that its large dependency tree never changes the main
-environment:  python -m venv /work/bench-venv && /work/bench-venv/bin/pip install "litellm[proxy]==1.108.7"
+environment (inside the checkout, gitignored; or set AGW_LITELLM_PYTHON to another interpreter):
+    python -m venv bench/.venv-litellm && bench/.venv-litellm/bin/pip install "litellm[proxy]==1.108.7"
 """
 
 from __future__ import annotations

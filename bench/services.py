@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import os
 import secrets
 import subprocess
 import sys
@@ -20,7 +21,10 @@ from procs import Service, StartError, free_port, running, start_announcing, sta
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_DIR = BENCH_DIR.parent
-DEFAULT_LITELLM_PYTHON = Path("/work/bench-venv/bin/python")
+# LiteLLM lives in its own virtualenv inside the checkout (gitignored), or wherever AGW_LITELLM_PYTHON points.
+DEFAULT_LITELLM_PYTHON = Path(
+    os.environ.get("AGW_LITELLM_PYTHON", REPO_DIR / "bench" / ".venv-litellm" / "bin" / "python")
+)
 
 # Everything LiteLLM would otherwise do besides proxying: phoning home, downloading the model cost
 # map, logging at INFO. Spend and error logs need a database, which it does not get. It runs in a
