@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from gateway.cli.processes import Announced
-from tests.procs import Gateway, deployment, gateway_config, running_gateway
+from tests.procs import Gateway, deployment, gateway_config, running_gateway, start_sim
 
 BODY = {"model": "sim-model", "messages": [{"role": "user", "content": "my secret plan"}], "max_tokens": 5}
 
@@ -82,3 +82,26 @@ def test_bad_share_value_is_400(gateway: Gateway) -> None:
     reply = chat(gateway, gateway.key, f"s-{uuid.uuid4().hex[:10]}", stream=False, **{"X-Session-Share": "world"})
     assert reply.status_code == 400
     assert reply.json()["error"]["param"] == "X-Session-Share"
+
+
+def test_a_live_stream_cannot_be_taken_over_by_another_key(tmp_path: Path) -> None:
+    """While the owner's stream is still being generated (only its first checkpoint - the state - is
+    in the store), a second key naming the same id must neither replace nor resume it."""
+    sim = start_sim("--tpot-ms", "20")
+    try:
+        sessions = {"checkpoint_every_events": 100_000, "checkpoint_interval_s": 600}
+        with running_gateway(tmp_path, gateway_config(deployment("a", sim), sessions=sessions)) as gateway:
+            session_id = f"s-{uuid.uuid4().hex[:10]}"
+            _, other = gateway.create_key(tenant="acme")
+            headers = {**gateway.headers(), "X-Session-Id": session_id}
+            body = {**BODY, "stream": True, "max_tokens": 400}
+            url = f"{gateway.url}/v1/chat/completions"
+            with httpx.stream("POST", url, json=body, headers=headers, timeout=30) as owner:
+                assert owner.status_code == 200
+                next(owner.iter_lines())  # the stream is live on the replica
+                taken = chat(gateway, other, session_id, stream=True)
+                assert taken.status_code == 404, taken.text
+                resumed = httpx.get(f"{gateway.url}/v1/sessions/{session_id}/stream", headers=gateway.headers(other))
+                assert resumed.status_code == 404
+    finally:
+        sim.stop()
