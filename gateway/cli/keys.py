@@ -55,7 +55,7 @@ def keys_group() -> None:
 @click.option("--name", required=True)
 @click.option("--tenant", required=True)
 @click.option("--models", default="", help="comma-separated; empty: every model")
-@click.option("--scopes", default="chat", show_default=True, help="comma-separated: chat,admin,approver,audit")
+@click.option("--scopes", default="chat", show_default=True, help="comma-separated: chat,admin,approver,audit,platform")
 @click.option("--rpm", type=click.IntRange(min=1, max=MAX_LIMIT), default=None)
 @click.option("--tpm", type=click.IntRange(min=1, max=MAX_LIMIT), default=None)
 @click.option("--max-concurrency", type=click.IntRange(min=1, max=MAX_LIMIT), default=None)
