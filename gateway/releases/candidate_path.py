@@ -23,6 +23,7 @@ from gateway.http.openai_api import OpenAIApi
 from gateway.pipeline import Handler, RequestContext, Stage, compose
 from gateway.principal import Principal
 from gateway.quota import Admit
+from gateway.tenancy import ModelTenancy
 
 RELEASE_HEADER = "x-gateway-release"
 # The base URL eval runners are given; the transport never opens a socket, the host is a label.
@@ -50,19 +51,19 @@ class CandidatePath:
         stages: Sequence[Stage],
         terminal: Handler,
         authenticator: Authenticator,
-        models: Sequence[str],
+        tenancy: ModelTenancy,
         max_body_bytes: int,
     ) -> None:
         self._stages = list(stages)
         self._terminal = terminal
         self._authenticator = authenticator
-        self._models = list(models)
+        self._tenancy = tenancy
         self._max_body_bytes = max_body_bytes
 
     def transport(self, actor: Principal, version: str) -> httpx.AsyncBaseTransport:
         kept = [s for s in self._stages if not isinstance(s, Admit)]
         stages = [_AsActor(actor) if isinstance(s, Authenticate) else s for s in kept]
-        api = OpenAIApi(compose(stages, self._terminal), self._authenticator, None, self._models, self._max_body_bytes)
+        api = OpenAIApi(compose(stages, self._terminal), self._authenticator, None, self._tenancy, self._max_body_bytes)
         app = Starlette(routes=api.routes())
         install_error_handlers(app)  # type: ignore[arg-type]  # only the Starlette part is used
         pin = (RELEASE_HEADER.encode(), version.encode())
