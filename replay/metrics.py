@@ -47,8 +47,8 @@ DEFINITIONS: tuple[tuple[str, str], ...] = (
      "reported all the same. A sample with expect_tool_call: true fails as no_tool_call without one. "
      "A run exits 1 when the success rate is below --min-success-rate (default 0.5) or nothing succeeded."),
     ("Goodput", "Share of requests that succeeded and met every SLO. An SLO on a metric a request does not "
-     "define (TPOT of a one-token reply) does not fail it. A request that missed an SLO while its timing "
-     "was excluded for client delay is left out of the share (counted as unjudged)."),
+     "define (TPOT of a one-token reply) does not fail it. A request whose timing was excluded for client "
+     "delay and that missed an SLO by no more than that delay is left out of the share (unjudged)."),
     ("Throughput", "Requests/s: successful requests / wall time of the run (first dispatch to last "
      "completion). Output tokens/s: output tokens of successful requests / the same wall time."),
     ("Percentiles", "Over requests that produced output (succeeded, or cut off by length) and whose timing "
@@ -69,9 +69,11 @@ class Slo:
     metric: str
     limit_s: float
 
-    def met_by(self, record: RequestRecord) -> bool:
+    def met_by(self, record: RequestRecord, slack_s: float = 0.0) -> bool:
+        """Whether the request meets the limit; with `slack_s`, whether it would have once that
+        much is taken off its figure (the most the tool's own delay could have added)."""
         value = record_value(record, self.metric)
-        return value is None or value <= self.limit_s
+        return value is None or value - slack_s <= self.limit_s
 
     def __str__(self) -> str:
         return f"{self.metric}<={self.limit_s * 1000:g}ms"
@@ -162,8 +164,15 @@ def summarize(records: Sequence[RequestRecord], wall_s: float, slos: Sequence[Sl
     total = counted(records)
     ok = [record for record in total if record.ok]
     good = [record for record in ok if all(slo.met_by(record) for slo in slos)]
-    # A missed SLO may be the tool's own delay when the request's timing was excluded: not judged.
-    unjudged = [r for r in ok if not r.timing_ok and not all(slo.met_by(r) for slo in slos)] if slos else []
+    # A miss the tool's own delay could explain (the request met every SLO once that delay is taken
+    # off) is not judged either way; a miss beyond it is the endpoint's.
+    unjudged = [
+        r
+        for r in ok
+        if not r.timing_ok
+        and not all(slo.met_by(r) for slo in slos)
+        and all(slo.met_by(r, r.client_delay_s or 0.0) for slo in slos)
+    ]
     tokens = sum(record.output_tokens or 0 for record in ok)
     produced = [record for record in total if record.produced_output]
     return {

@@ -184,11 +184,13 @@ def test_the_client_delay_limit_grows_with_ttft() -> None:
 def test_goodput_does_not_judge_a_request_whose_miss_may_be_the_tools_delay() -> None:
     met = streamed(0, [0.1, 0.2])
     missed = streamed(1, [0.9, 1.0])
-    missed_under_delay = streamed(2, [0.9, 1.0], timing_ok=False)
-    met_under_delay = streamed(3, [0.1, 0.2], timing_ok=False)
-    summary = summarize([met, missed, missed_under_delay, met_under_delay], wall_s=1.0, slos=[Slo("ttft", 0.5)])
+    missed_by_the_delay = streamed(2, [0.52, 1.0], timing_ok=False, client_delay_s=0.03)
+    missed_beyond_the_delay = streamed(3, [0.9, 1.0], timing_ok=False, client_delay_s=0.03)
+    met_under_delay = streamed(4, [0.1, 0.2], timing_ok=False, client_delay_s=0.03)
+    records = [met, missed, missed_by_the_delay, missed_beyond_the_delay, met_under_delay]
+    summary = summarize(records, wall_s=1.0, slos=[Slo("ttft", 0.5)])
     assert summary["unjudged_slos"] == 1
-    assert summary["goodput"] == pytest.approx(2 / 3)
+    assert summary["goodput"] == pytest.approx(2 / 4)
 
 
 async def test_lag_monitor_sees_a_blocked_event_loop() -> None:
