@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import selectors
 import socket
+import sys
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -171,3 +173,16 @@ def _start(
         raise AssertionError("reference client: the request did not fit the socket buffer in one write")
     worker.response = _Response(measured, sent)
     selector.register(worker.sock, selectors.EVENT_READ, worker)
+
+
+def main(argv: list[str]) -> None:
+    """`python -m tests.replay.reference_client URL BODIES.json CONCURRENCY OUT.json`: the same
+    client as a process of its own, so it can run alongside replay without sharing its interpreter."""
+    url, bodies_path, concurrency, out_path = argv
+    bodies = [(key, body.encode()) for key, body in orjson.loads(Path(bodies_path).read_bytes())]
+    results = run_reference(url, bodies, int(concurrency), timeout_s=120)
+    Path(out_path).write_bytes(orjson.dumps([asdict(result) for result in results]))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
