@@ -5,9 +5,13 @@
 - original: the samples' own timestamps, gaps multiplied by the time scale.
 
 Open loops still cap the requests in flight (the connection pool's size): a request due while the
-cap is reached waits, and that wait shows up as its late `start_s`. Dispatching stops after
-`count` requests or `duration_s`, whichever comes first; requests still running `drain_s` later
-are cancelled and recorded as such, so a run never outlives duration + drain.
+cap is reached waits, and that wait shows up as its late `start_s`. Each record keeps how late it
+was dispatched against when it was due (its offset, or the moment a client came free when it had to
+wait for one): the tool's own lateness, which changes the offered load. Dispatching stops after
+`count` requests or `duration_s`, whichever comes first, or as soon as the first answer is a 404
+while nothing has succeeded (an unknown model or a wrong URL: every request would get the same);
+requests still running `drain_s` later are cancelled and recorded as such, so a run never outlives
+duration + drain.
 """
 
 from __future__ import annotations
