@@ -17,6 +17,7 @@ timeout, and every request is bounded.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import importlib
 import ssl
@@ -104,22 +105,35 @@ class ClientPool:
     def __init__(self, config: ClientConfig, size: int, transport: httpx.AsyncBaseTransport | None = None) -> None:
         self._config, self._size, self._transport = config, max(1, size), transport
         # LIFO reuse keeps the warm, already connected clients busy first. Each free client carries
-        # when it was released: a request waiting for one is due from that moment.
-        self._free: asyncio.LifoQueue[tuple[httpx.AsyncClient, float]] = asyncio.LifoQueue()
+        # when it was released, so a request knows since when one has been available to it.
+        self._free: list[tuple[httpx.AsyncClient, float]] = []
+        self._waiting: collections.deque[asyncio.Future[tuple[httpx.AsyncClient, float]]] = collections.deque()
         self._made: list[httpx.AsyncClient] = []
         # httpx builds a TLS context for every client, even for plain http; one shared is enough.
         self._tls = ssl.create_default_context()
 
     async def acquire(self) -> tuple[httpx.AsyncClient, float | None]:
-        """A client for one request and when it became free (None: new); waits while `size`
-        requests are in flight."""
-        if self._free.empty() and len(self._made) < self._size:
+        """A client for one request, and since when a client has been available (None: at once,
+        a new one); waits while `size` requests are in flight."""
+        if not self._free and len(self._made) < self._size:
             self._made.append(make_http_client(self._config, 1, self._transport, self._tls))
             return self._made[-1], None
-        return await self._free.get()
+        if self._free:
+            since = min(freed for _, freed in self._free)
+            return self._free.pop()[0], since
+        waiter: asyncio.Future[tuple[httpx.AsyncClient, float]] = asyncio.get_running_loop().create_future()
+        self._waiting.append(waiter)
+        client, freed = await waiter
+        return client, freed
 
     def release(self, client: httpx.AsyncClient) -> None:
-        self._free.put_nowait((client, time.perf_counter()))
+        freed = time.perf_counter()
+        while self._waiting:
+            waiter = self._waiting.popleft()
+            if not waiter.done():  # a waiter whose acquire was cancelled is skipped
+                waiter.set_result((client, freed))
+                return
+        self._free.append((client, freed))
 
     async def aclose(self) -> None:
         await asyncio.gather(*(client.aclose() for client in self._made), return_exceptions=True)

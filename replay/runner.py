@@ -210,7 +210,7 @@ class Runner:
             if self._aborted is not None:
                 self._pool.release(http)
                 break
-            # Due at its scheduled offset, or when a client came free if it had to wait for one.
+            # Due at its scheduled offset, or later if no client was free until then.
             due_s = max(offset, (freed - self._origin) if freed is not None else 0.0)
             task = loop.create_task(self._one(index, prepared, http, due_s))
             self._tasks.add(task)
