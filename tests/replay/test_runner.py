@@ -117,7 +117,9 @@ async def test_the_run_stops_dispatching_at_the_duration(tmp_path: Path) -> None
     samples = write_jsonl(tmp_path / "s.jsonl", [chat_body(0)])
     plan = LoadPlan(concurrency=2, count=1000, duration_s=0.3, drain_s=1.0)
     document = await replay(_options(samples, plan), httpx.MockTransport(CountingBackend(delay_s=0.05)))
-    assert 6 <= document["summary"]["succeeded"] <= 14
+    # At most 2 in flight, each taking at least 50 ms, for 0.3 s: never more than 14. How many fewer
+    # depends on the machine's load; the first one always leaves.
+    assert 1 <= document["summary"]["succeeded"] <= 14
     assert document["run"]["dispatched"] == len(document["records"])
 
 
