@@ -197,15 +197,13 @@ async def test_lag_monitor_sees_a_blocked_event_loop() -> None:
     monitor = LagMonitor(interval_s=0.002)
     monitor.start()
     await asyncio.sleep(0.02)
-    blocked_from = time.perf_counter()
     time.sleep(0.06)  # noqa: ASYNC251 - blocking the loop is the point, as a CPU-bound callback would
     blocked_to = time.perf_counter()
     await asyncio.sleep(0.01)
     await monitor.stop()
     assert len(monitor.due) >= 5
     assert max(monitor.lateness()) >= 0.05
-    assert monitor.stall_at(blocked_to) >= 0.05 - 0.003, "a read right after the block was that late"
-    assert blocked_from < blocked_to
+    assert monitor.stall_at(blocked_to) >= 0.05, "a read right after the block was that late"
 
 
 def test_token_weighted_percentiles_weight_each_request_by_its_tokens() -> None:
