@@ -119,7 +119,8 @@ class ClientPool:
             self._made.append(make_http_client(self._config, 1, self._transport, self._tls))
             return self._made[-1], None
         if self._free:
-            since = min(freed for _, freed in self._free)
+            # With room for another client, one was available all along; else since the oldest release.
+            since = None if len(self._made) < self._size else min(freed for _, freed in self._free)
             return self._free.pop()[0], since
         waiter: asyncio.Future[tuple[httpx.AsyncClient, float]] = asyncio.get_running_loop().create_future()
         self._waiting.append(waiter)
