@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import shutil
+import signal
 import tempfile
 from importlib.resources import files
 from pathlib import Path
@@ -40,7 +42,7 @@ Or: curl {url}/v1/chat/completions -H 'authorization: Bearer {key}' \\
 The key belongs to tenant "demo" (600 requests/min), whose tool policy is {policy}
 (get_weather and lookup_order are allowed; refund_payment waits for a person's approval).
 Approve held calls at {url}/admin/ui/approvals with the approver key {approver}
-Keys and the audit log live in {data}
+Keys and the audit log live in {data} (removed on exit unless --keep-data)
 Health: {url}/readyz    Stop: Ctrl-C
 """
 
@@ -79,23 +81,35 @@ async def _demo_keys(settings: Settings) -> tuple[str, str]:
     return agent.secret, person.secret
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 @click.command("demo")
 @click.option("--port", type=int, default=8080, show_default=True, help="the gateway's port; 0 picks one")
 @click.option("--sim-ports", default="9101,9102", show_default=True, help="ports of the two simulated backends")
 # One JSON line per request would bury the snippet this command prints; `info` shows them.
 @click.option("--log-level", type=LOG_LEVELS, default="warning", show_default=True, help="JSON logs on stderr")
-def demo_command(port: int, sim_ports: str, log_level: str) -> None:
-    """Run the gateway with two simulated backends and print a ready-to-paste SDK snippet."""
+@click.option("--keep-data", is_flag=True, help="keep the keys and audit log folder after the demo stops")
+def demo_command(port: int, sim_ports: str, log_level: str, keep_data: bool) -> None:
+    """Run the gateway with two simulated backends and print a ready-to-paste SDK snippet.
+
+    Ctrl-C (or SIGTERM, SIGHUP) stops the gateway and both backends and removes the demo's data
+    folder unless --keep-data is given."""
     from gateway.app import create_app
     from gateway.logging_setup import configure_logging
 
     configure_logging(log_level)
+    # Until the server takes over signal handling (and after it hands it back), a termination
+    # signal unwinds like Ctrl-C, so the `finally` below always stops the sims.
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _interrupt)
     sims: list[Announced] = []
+    data_dir = Path(tempfile.mkdtemp(prefix="agw-demo-"))
     try:
         for sim_port in sim_ports.split(","):
             sims.append(start_announcing(["gateway.sim", "--host", "127.0.0.1", "--port", sim_port.strip()]))
             click.echo(f"simulated backend on {sims[-1].url}")
-        data_dir = Path(tempfile.mkdtemp(prefix="agw-demo-"))
         settings = parse_settings(demo_settings([s.url for s in sims], data_dir))
         key, approver_key = asyncio.run(_demo_keys(settings))
         sock = bind("127.0.0.1", port)
@@ -104,6 +118,15 @@ def demo_command(port: int, sim_ports: str, log_level: str) -> None:
             url=url, key=key, approver=approver_key, data=data_dir, policy=settings.tools.policy_file
         )
         serve(create_app(settings), sock, lambda: click.echo(f"gateway listening on {url}/v1\n{snippet}"))
+    except KeyboardInterrupt:
+        pass  # a stop before the server ran: as quiet as one while it ran
     finally:
         for sim in sims:
             sim.stop()
+        if keep_data:
+            click.echo(f"demo data kept in {data_dir}", err=True)
+        else:
+            try:
+                shutil.rmtree(data_dir)
+            except OSError as error:
+                click.echo(f"could not remove the demo data folder: {error}", err=True)

@@ -10,8 +10,10 @@ from typing import Any
 
 import uvicorn
 
+from gateway.graceful import GracefulServer
 
-class _AnnouncingServer(uvicorn.Server):
+
+class _AnnouncingServer(GracefulServer):
     def __init__(self, config: uvicorn.Config, on_ready: Callable[[], None]) -> None:
         super().__init__(config)
         self._on_ready = on_ready
@@ -38,7 +40,8 @@ def base_url(sock: socket.socket) -> str:
 
 
 def serve(app: Any, sock: socket.socket, on_ready: Callable[[], None]) -> None:
-    """Serve until SIGINT/SIGTERM; `on_ready` runs once the app has started and accepts."""
+    """Serve until SIGINT, SIGTERM or SIGHUP, then return; `on_ready` runs once the app has started
+    and accepts."""
     config = uvicorn.Config(
         app,
         log_level="warning",

@@ -1,13 +1,21 @@
-"""`gateway demo` works as the README says: the printed snippet's key and URL serve a stream."""
+"""`gateway demo` works as the README says: the printed snippet's key and URL serve a stream, and
+no process or temporary folder outlives it."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import sys
+import tempfile
+from pathlib import Path
 from typing import IO
 
+import pytest
 from openai import OpenAI
 
 from gateway.cli.processes import start_announcing
+from tests.procs import child_pids, wait_gone
 
 
 def read_until(stream: IO[str], marker: str, max_lines: int = 60) -> str:
@@ -38,3 +46,58 @@ def test_demo_prints_a_snippet_that_works() -> None:
         assert reply.strip()
     finally:
         demo.stop()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=lambda s: s.name)
+def test_no_process_or_folder_outlives_the_demo(signum: signal.Signals, tmp_path: Path) -> None:
+    """SIGINT goes to the demo's whole process group, as a terminal's Ctrl-C does."""
+    with tempfile.TemporaryFile("w+") as stderr:
+        demo = start_announcing(
+            ["gateway", "demo", "--port", "0", "--sim-ports", "0,0"], env={"TMPDIR": str(tmp_path)}, stderr=stderr
+        )
+        try:
+            assert demo.process.stdout is not None
+            read_until(demo.process.stdout, "Stop: Ctrl-C")
+            sims = child_pids(demo.process.pid)
+            assert len(sims) == 2
+            assert len(list(tmp_path.glob("agw-demo-*"))) == 1
+            if signum == signal.SIGINT:
+                os.killpg(os.getpgid(demo.process.pid), signum)
+            else:
+                demo.process.send_signal(signum)
+            assert demo.process.wait(30) in (0, 130)
+        finally:
+            demo.stop()
+        assert wait_gone(sims) == set()
+        stderr.seek(0)
+        assert "Aborted!" not in stderr.read()
+    assert list(tmp_path.glob("agw-demo-*")) == []
+
+
+def test_keep_data_keeps_the_demo_folder(tmp_path: Path) -> None:
+    demo = start_announcing(
+        ["gateway", "demo", "--port", "0", "--sim-ports", "0,0", "--keep-data"], env={"TMPDIR": str(tmp_path)}
+    )
+    try:
+        assert demo.process.stdout is not None
+        read_until(demo.process.stdout, "Stop: Ctrl-C")
+        demo.process.send_signal(signal.SIGTERM)
+        assert demo.process.wait(30) == 0
+    finally:
+        demo.stop()
+    assert len(list(tmp_path.glob("agw-demo-*/*"))) > 0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the kernel's parent-death signal is Linux's")
+def test_sims_stop_when_the_demo_is_killed_outright() -> None:
+    demo = start_announcing(["gateway", "demo", "--port", "0", "--sim-ports", "0,0"])
+    try:
+        assert demo.process.stdout is not None
+        read_until(demo.process.stdout, "Stop: Ctrl-C")
+        sims = child_pids(demo.process.pid)
+        assert len(sims) == 2
+        demo.process.kill()
+        demo.process.wait(30)
+    finally:
+        demo.stop()
+    assert wait_gone(sims) == set()
