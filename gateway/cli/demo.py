@@ -9,18 +9,15 @@ import signal
 import tempfile
 from importlib.resources import files
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from gateway.audit import AuditWriter
-from gateway.cli.context import operator_principal
 from gateway.cli.processes import Announced, start_announcing
 from gateway.cli.serve import LOG_LEVELS
-from gateway.cli.serving import base_url, bind, serve
-from gateway.keys import KeyService, NewKey
-from gateway.settings import Settings, parse_settings
-from gateway.store.base import Limits
-from gateway.store.factory import open_store
+
+if TYPE_CHECKING:  # imported when the demo runs, not for `gateway demo --help`
+    from gateway.settings import Settings
 
 _SNIPPET = """
 Ready. Paste this into Python (pip install openai):
@@ -69,6 +66,12 @@ def demo_settings(sim_urls: list[str], data_dir: Path) -> dict[str, object]:
 
 async def _demo_keys(settings: Settings) -> tuple[str, str]:
     """A chat key for the agent and an approver key for the person, both of tenant "demo"."""
+    from gateway.audit import AuditWriter
+    from gateway.cli.context import operator_principal
+    from gateway.keys import KeyService, NewKey
+    from gateway.store.base import Limits
+    from gateway.store.factory import open_store
+
     store = open_store(settings.store)
     audit = AuditWriter(store, queue_size=10, batch_size=10, flush_interval_s=0.01)
     try:
@@ -97,7 +100,9 @@ def demo_command(port: int, sim_ports: str, log_level: str, keep_data: bool) -> 
     Ctrl-C (or SIGTERM, SIGHUP) stops the gateway and both backends and removes the demo's data
     folder unless --keep-data is given."""
     from gateway.app import create_app
+    from gateway.cli.serving import base_url, bind, serve
     from gateway.logging_setup import configure_logging
+    from gateway.settings import parse_settings
 
     configure_logging(log_level)
     # Until the server takes over signal handling (and after it hands it back), a termination

@@ -7,7 +7,6 @@ the kernel for SIGTERM when its parent dies, so even a parent killed outright le
 
 from __future__ import annotations
 
-import ctypes
 import os
 import select
 import signal
@@ -50,6 +49,8 @@ def exit_with_parent() -> None:
     parent = os.environ.pop(_PARENT_ENV, None)  # popped: our own children get their own
     if parent is None or not sys.platform.startswith("linux"):
         return
+    import ctypes  # here: every `gateway` command runs this function, few need ctypes
+
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     if os.getppid() != int(parent):  # the parent died before the request took effect
         sys.exit(0)

@@ -6,10 +6,6 @@ from pathlib import Path
 
 import click
 
-from gateway.sim.faults import FaultError, parse_fault_fields
-from gateway.sim.profile import ProfileError
-from gateway.sim.server import load_profile, run_sim
-
 
 @click.command("sim")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
@@ -42,6 +38,11 @@ def sim_command(
     fault_spec: str | None,
 ) -> None:
     """Run the simulated OpenAI-compatible backend (prints its URL once ready)."""
+    # Imported here: `gateway sim --help` needs neither the fault models nor the server.
+    from gateway.sim.faults import FaultError, parse_fault_fields
+    from gateway.sim.profile import ProfileError
+    from gateway.sim.server import load_profile, run_sim
+
     try:
         faults: dict[str, str | float | None] = dict(parse_fault_fields(fault_spec or ""))
     except FaultError as exc:
