@@ -207,6 +207,9 @@ def wait_gone(pids: set[int], timeout_s: float = 15.0) -> set[int]:
     (so that a failing test leaves no orphan behind either)."""
     deadline = time.monotonic() + timeout_s
     while True:
+        for pid in pids:  # reap those that are our children (pytest adopts orphans: tests/conftest.py)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
         running = {pid for pid in pids if is_running(pid)}
         if not running or time.monotonic() > deadline:
             break
