@@ -6,6 +6,7 @@ import asyncio
 import secrets
 import shutil
 import signal
+import socket
 import tempfile
 from importlib.resources import files
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from gateway.cli.processes import Announced, start_announcing
+from gateway.cli.processes import Announced, ProcessStartError, start_announcing
 from gateway.cli.serve import LOG_LEVELS
 
 if TYPE_CHECKING:  # imported when the demo runs, not for `gateway demo --help`
@@ -84,6 +85,25 @@ async def _demo_keys(settings: Settings) -> tuple[str, str]:
     return agent.secret, person.secret
 
 
+def _start_sims(ports: list[str], started: list[Announced]) -> None:
+    """Start a sim per port, appending each to `started` (the caller stops them)."""
+    from gateway.cli.serving import port_in_use
+
+    for port in ports:
+        if port != "0":  # checked here so the message names the demo's flag, not the sim's
+            with socket.socket() as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    probe.bind(("127.0.0.1", int(port)))
+                except OSError:
+                    raise port_in_use("127.0.0.1", int(port), "--sim-ports", "0,0") from None
+        try:
+            started.append(start_announcing(["gateway.sim", "--host", "127.0.0.1", "--port", port]))
+        except ProcessStartError as error:
+            raise click.ClickException(f"a simulated backend did not start: {error}") from None
+        click.echo(f"simulated backend on {started[-1].url}")
+
+
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -109,16 +129,14 @@ def demo_command(port: int, sim_ports: str, log_level: str, keep_data: bool) -> 
     # signal unwinds like Ctrl-C, so the `finally` below always stops the sims.
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _interrupt)
+    sock = bind("127.0.0.1", port)  # first: a busy port is reported before anything starts
+    url = base_url(sock)
     sims: list[Announced] = []
     data_dir = Path(tempfile.mkdtemp(prefix="agw-demo-"))
     try:
-        for sim_port in sim_ports.split(","):
-            sims.append(start_announcing(["gateway.sim", "--host", "127.0.0.1", "--port", sim_port.strip()]))
-            click.echo(f"simulated backend on {sims[-1].url}")
+        _start_sims([p.strip() for p in sim_ports.split(",")], sims)
         settings = parse_settings(demo_settings([s.url for s in sims], data_dir))
         key, approver_key = asyncio.run(_demo_keys(settings))
-        sock = bind("127.0.0.1", port)
-        url = base_url(sock)
         snippet = _SNIPPET.format(
             url=url, key=key, approver=approver_key, data=data_dir, policy=settings.tools.policy_file
         )
@@ -126,6 +144,7 @@ def demo_command(port: int, sim_ports: str, log_level: str, keep_data: bool) -> 
     except KeyboardInterrupt:
         pass  # a stop before the server ran: as quiet as one while it ran
     finally:
+        sock.close()
         for sim in sims:
             sim.stop()
         if keep_data:

@@ -3,11 +3,13 @@ URL we print is the one that is accepting connections."""
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import socket
 from collections.abc import Callable
 from typing import Any
 
+import click
 import uvicorn
 
 from gateway.graceful import GracefulServer
@@ -24,11 +26,25 @@ class _AnnouncingServer(GracefulServer):
             self._on_ready()
 
 
+def port_in_use(host: str, port: int, flag: str = "--port", free: str = "0") -> click.ClickException:
+    """The one line a newcomer needs instead of a traceback: which port, and what to do."""
+    return click.ClickException(
+        f"port {port} on {host} is already in use: stop what is listening there, or pass {flag} {free} to pick "
+        + ("free ports" if "," in free else "a free port")
+    )
+
+
 def bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
+    try:
+        sock.bind((host, port))
+    except OSError as error:
+        sock.close()
+        if error.errno == errno.EADDRINUSE:
+            raise port_in_use(host, port) from None
+        raise
     sock.listen(2048)
     sock.set_inheritable(True)
     return sock

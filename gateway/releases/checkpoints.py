@@ -55,6 +55,7 @@ _RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 class ProblemKind(StrEnum):
     MISSING = "missing"
     TRUNCATED = "truncated"
+    GROWN = "grown"
     CHANGED = "changed"
     UNEXPECTED = "unexpected"
     NO_MANIFEST = "no-manifest"
@@ -92,7 +93,8 @@ def _check_files(checkpoint: Path, manifest: Manifest) -> Iterator[Problem]:
             continue
         size = file.stat().st_size
         if size != entry.size:
-            yield Problem(ProblemKind.TRUNCATED, entry.path, f"{size} bytes, manifest says {entry.size}")
+            kind = ProblemKind.TRUNCATED if size < entry.size else ProblemKind.GROWN
+            yield Problem(kind, entry.path, f"{size} bytes, manifest says {entry.size}")
         elif sha256_file(file) != entry.sha256:
             yield Problem(ProblemKind.CHANGED, entry.path, "sha256 differs from manifest")
     listed = {entry.path for entry in manifest.files}

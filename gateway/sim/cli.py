@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 import click
@@ -60,4 +61,12 @@ def sim_command(
         )
     except ProfileError as exc:
         raise click.UsageError(str(exc)) from exc
-    run_sim(host, port, profile)
+    try:
+        run_sim(host, port, profile)
+    except OSError as error:
+        if error.errno != errno.EADDRINUSE:
+            raise
+        raise click.ClickException(
+            f"port {port} on {host} is already in use: stop what is listening there, "
+            "or pass --port 0 to pick a free port"
+        ) from None
