@@ -24,14 +24,14 @@ ROOT = Path(__file__).resolve().parents[1]
 README_PORTS = ("8080", "9101", "9102")
 
 
-def readme_block(heading: str, index: int = 0) -> str:
-    """The `index`-th ```bash block of the README section under `heading` (any level)."""
+def readme_block(heading: str, index: int = 0, language: str = "bash") -> str:
+    """The `index`-th ```bash (or other `language`) block of the README section under `heading`."""
     blocks: list[list[str]] = []
     in_section = in_fence = False
     for line in (ROOT / "README.md").read_text().splitlines(keepends=True):
         if line.startswith("```"):
             in_fence = not in_fence
-            if in_section and in_fence and line.strip() == "```bash":
+            if in_section and in_fence and line.strip() == f"```{language}":
                 blocks.append([])
             continue
         if not in_fence and re.match(r"#+ ", line):
@@ -40,7 +40,7 @@ def readme_block(heading: str, index: int = 0) -> str:
             in_section = line.split(" ", 1)[1].strip() == heading
         elif in_section and in_fence and blocks:
             blocks[-1].append(line)
-    assert len(blocks) > index, f"no bash block {index} under {heading!r} in README.md"
+    assert len(blocks) > index, f"no {language} block {index} under {heading!r} in README.md"
     return "".join(blocks[index])
 
 

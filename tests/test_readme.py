@@ -5,8 +5,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import uuid
 from pathlib import Path
+from typing import Any
 
+import httpx
+
+from gateway.cli.processes import Announced
+from tests.procs import deployment, gateway_config, running_gateway
 from tests.readme import ROOT, readme_block, run_block
 
 
@@ -36,3 +42,34 @@ def test_the_documented_ruff_commands_pass_on_this_checkout() -> None:
     command = ruff_part.replace("ruff ", f"{sys.executable} -m ruff ")
     done = subprocess.run(["bash", "-c", command], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_keys_and_audit_blocks_run_as_written(tmp_path: Path) -> None:
+    """After 'Running it' (a store with keys and requests in it), as a reader goes on."""
+    first = run_block(readme_block("Running it"), tmp_path)
+    assert first.returncode == 0, first.stderr
+    keys = run_block(readme_block("Keys, quotas and the audit log", 0), tmp_path)
+    assert keys.returncode == 0, keys.stderr
+    assert "revoked key_" in keys.stdout
+    audit = run_block(readme_block("Keys, quotas and the audit log", 1), tmp_path)
+    assert audit.returncode == 0, audit.stderr
+    assert "store: ok" in audit.stdout
+
+
+def test_the_session_snippet_counts_an_event_only_once_its_data_arrived(
+    sim_pair: list[Announced], tmp_path: Path
+) -> None:
+    snippet = readme_block("Sessions, resume and replica failover", language="python")
+    with running_gateway(tmp_path, gateway_config(deployment("a", sim_pair[0]))) as gateway:
+        code = snippet.replace("http://127.0.0.1:8080", gateway.url).replace("agw_...", gateway.key)
+        code = code.replace("ticket-4711", f"ticket-{uuid.uuid4().hex[:8]}")
+        namespace: dict[str, Any] = {}
+        exec(compile(code, "README.md", "exec"), namespace)
+        stream = httpx.post(
+            f"{gateway.url}/v1/chat/completions",
+            headers=gateway.headers(),
+            json={"model": "sim-model", "stream": True, "messages": [{"role": "user", "content": "Hi"}]},
+            timeout=30,
+        )
+    assert namespace["last_id"] == stream.text.count("\nid: ") + stream.text.startswith("id: ")
+    assert namespace["r"].status_code == 200
