@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
 import shutil
 import signal
@@ -39,10 +40,42 @@ Or: curl {url}/v1/chat/completions -H 'authorization: Bearer {key}' \\
 
 The key belongs to tenant "demo" (600 requests/min), whose tool policy is {policy}
 (get_weather and lookup_order are allowed; refund_payment waits for a person's approval).
-Approve held calls at {url}/admin/ui/approvals with the approver key {approver}
+
+A tool call that waits for a person: the simulated model calls refund_payment with arguments that
+follow the tool's schema, and the demo policy holds it. Run this, then approve the call at
+{url}/admin/ui/approvals (approver key {approver}); the answer arrives once you decide:
+
+    curl {url}/v1/chat/completions -H 'authorization: Bearer {key}' \\
+      -H 'content-type: application/json' -d '{tool_body}'
+
 Keys and the audit log live in {data} (removed on exit unless --keep-data)
 Health: {url}/readyz    Stop: Ctrl-C
 """
+
+
+# A tool schema as an agent would write it: the sim fills `pattern` and the bounds (see README,
+# "Simulated backend"), so the call meets the demo policy's argument rules.
+_REFUND_REQUEST = {
+    "model": "sim-model",
+    "messages": [{"role": "user", "content": "Please refund order ord_4711, it arrived broken."}],
+    "tools": [
+        {
+            "type": "function",
+            "function": {
+                "name": "refund_payment",
+                "description": "Refund all or part of the payment for an order.",
+                "parameters": {
+                    "type": "object",
+                    "properties": {
+                        "order_id": {"type": "string", "pattern": "^ord_[0-9]+$"},
+                        "amount": {"type": "number", "exclusiveMinimum": 0, "maximum": 1000},
+                    },
+                    "required": ["order_id", "amount"],
+                },
+            },
+        }
+    ],
+}
 
 
 def demo_settings(sim_urls: list[str], data_dir: Path) -> dict[str, object]:
@@ -138,7 +171,12 @@ def demo_command(port: int, sim_ports: str, log_level: str, keep_data: bool) -> 
         settings = parse_settings(demo_settings([s.url for s in sims], data_dir))
         key, approver_key = asyncio.run(_demo_keys(settings))
         snippet = _SNIPPET.format(
-            url=url, key=key, approver=approver_key, data=data_dir, policy=settings.tools.policy_file
+            url=url,
+            key=key,
+            approver=approver_key,
+            data=data_dir,
+            policy=settings.tools.policy_file,
+            tool_body=json.dumps(_REFUND_REQUEST),
         )
         serve(create_app(settings), sock, lambda: click.echo(f"gateway listening on {url}/v1\n{snippet}"))
     except KeyboardInterrupt:
