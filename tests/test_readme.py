@@ -73,3 +73,11 @@ def test_the_session_snippet_counts_an_event_only_once_its_data_arrived(
         )
     assert namespace["last_id"] == stream.text.count("\nid: ") + stream.text.startswith("id: ")
     assert namespace["r"].status_code == 200
+
+
+def test_the_releases_walkthrough_runs_as_written(tmp_path: Path) -> None:
+    ran = run_block(readme_block("Releases and rollback"), tmp_path, timeout_s=240)
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    history = json.loads(ran.stdout[ran.stdout.rindex("\n{\n") :])
+    assert history["active"] == "v1"
+    assert [switch["to"] for switch in history["history"]][-2:] == ["v2", "v1"], history["history"]

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from gateway.cli.demo_releases import prepare_releases, releases_settings
 from gateway.cli.processes import Announced, ProcessStartError, start_announcing
 from gateway.cli.serve import LOG_LEVELS
 
@@ -48,7 +49,7 @@ follow the tool's schema, and the demo policy holds it. Run this, then approve t
     curl {url}/v1/chat/completions -H 'authorization: Bearer {key}' \\
       -H 'content-type: application/json' -d '{tool_body}'
 
-Keys and the audit log live in {data} (removed on exit unless --keep-data)
+{releases}Keys and the audit log live in {data} ({fate})
 Health: {url}/readyz    Stop: Ctrl-C
 """
 
@@ -118,6 +119,15 @@ async def _demo_keys(settings: Settings) -> tuple[str, str]:
     return agent.secret, person.secret
 
 
+def _data_folder(given: Path | None) -> Path:
+    if given is None:
+        return Path(tempfile.mkdtemp(prefix="agw-demo-"))
+    if given.exists() and any(given.iterdir()):
+        raise click.BadParameter(f"{given} is not empty: remove it or name another folder", param_hint="--data-dir")
+    given.mkdir(parents=True, exist_ok=True)
+    return given.absolute()
+
+
 def _start_sims(ports: list[str], started: list[Announced]) -> None:
     """Start a sim per port, appending each to `started` (the caller stops them)."""
     from gateway.cli.serving import port_in_use
@@ -147,11 +157,20 @@ def _interrupt(signum: int, frame: object) -> None:
 # One JSON line per request would bury the snippet this command prints; `info` shows them.
 @click.option("--log-level", type=LOG_LEVELS, default="warning", show_default=True, help="JSON logs on stderr")
 @click.option("--keep-data", is_flag=True, help="keep the keys and audit log folder after the demo stops")
-def demo_command(port: int, sim_ports: str, log_level: str, keep_data: bool) -> None:
+@click.option(
+    "--data-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="an empty or new folder for the demo's data, kept on exit (default: a temporary one)",
+)
+@click.option("--releases", is_flag=True, help="also prepare README's releases walkthrough in the data folder")
+def demo_command(
+    port: int, sim_ports: str, log_level: str, keep_data: bool, data_dir: Path | None, releases: bool
+) -> None:
     """Run the gateway with two simulated backends and print a ready-to-paste SDK snippet.
 
     Ctrl-C (or SIGTERM, SIGHUP) stops the gateway and both backends and removes the demo's data
-    folder unless --keep-data is given."""
+    folder unless --keep-data or --data-dir is given."""
     from gateway.app import create_app
     from gateway.cli.serving import base_url, bind, serve
     from gateway.logging_setup import configure_logging
@@ -165,11 +184,16 @@ def demo_command(port: int, sim_ports: str, log_level: str, keep_data: bool) -> 
     sock = bind("127.0.0.1", port)  # first: a busy port is reported before anything starts
     url = base_url(sock)
     sims: list[Announced] = []
-    data_dir = Path(tempfile.mkdtemp(prefix="agw-demo-"))
+    keep_data = keep_data or data_dir is not None
+    data_dir = _data_folder(data_dir)
     try:
         _start_sims([p.strip() for p in sim_ports.split(",")], sims)
-        settings = parse_settings(demo_settings([s.url for s in sims], data_dir))
+        raw = demo_settings([s.url for s in sims], data_dir)
+        if releases:
+            raw["releases"] = releases_settings(data_dir)
+        settings = parse_settings(raw)
         key, approver_key = asyncio.run(_demo_keys(settings))
+        releases_note = prepare_releases(data_dir, raw) + "\n\n" if releases else ""
         snippet = _SNIPPET.format(
             url=url,
             key=key,
@@ -177,6 +201,8 @@ def demo_command(port: int, sim_ports: str, log_level: str, keep_data: bool) -> 
             data=data_dir,
             policy=settings.tools.policy_file,
             tool_body=json.dumps(_REFUND_REQUEST),
+            releases=releases_note,
+            fate="kept on exit" if keep_data else "removed on exit unless --keep-data",
         )
         serve(create_app(settings), sock, lambda: click.echo(f"gateway listening on {url}/v1\n{snippet}"))
     except KeyboardInterrupt:
