@@ -103,7 +103,12 @@ def demo_command(port: int, sim_ports: str, log_level: str) -> None:
         snippet = _SNIPPET.format(
             url=url, key=key, approver=approver_key, data=data_dir, policy=settings.tools.policy_file
         )
-        serve(create_app(settings), sock, lambda: click.echo(f"gateway listening on {url}/v1\n{snippet}"))
+        serve(
+            create_app(settings),
+            sock,
+            lambda: click.echo(f"gateway listening on {url}/v1\n{snippet}"),
+            settings.server,
+        )
     finally:
         for sim in sims:
             sim.stop()
