@@ -3,6 +3,8 @@ never leaks an audit slot (the gateway kept hanging after `audit.queue_size` suc
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import httpx
 
 from tests.procs import Gateway
@@ -50,3 +52,24 @@ def test_high1_oversized_body_is_413_without_reading_it(gateway: Gateway) -> Non
         timeout=30,
     )
     assert_openai_error(reply, 413, "request_too_large")
+
+
+def test_high1_deep_nesting_flood_keeps_other_tenants_answered(gateway: Gateway) -> None:
+    """One tenant floods deep bodies from several connections at once (far more than the audit
+    queue holds); another tenant is answered throughout, and after."""
+    _, attacker = gateway.create_key(tenant="acme")
+    _, victim = gateway.create_key(tenant="globex")
+    body = {**CHAT, "messages": [{"role": "user", "content": [{"type": "text", "text": "x", "d": nested(DEEP)}]}]}
+    flood_size = 120
+
+    def attack(_: int) -> int:
+        return chat(gateway, body, key=attacker, timeout=30).status_code
+
+    with ThreadPoolExecutor(8) as pool:
+        flood = pool.map(attack, range(flood_size))  # submitted at once; eight at a time in flight
+        answered = [chat(gateway, key=victim, timeout=30).status_code]  # while the flood runs
+        statuses = list(flood)
+        answered.append(chat(gateway, key=victim, timeout=30).status_code)
+    assert statuses == [400] * flood_size
+    assert answered == [200, 200]
+    assert admin_get(gateway, "/audit/verify")["ok"]
