@@ -37,7 +37,9 @@ def _schema(gateway: Gateway) -> Any:
     return schemathesis.openapi.from_dict(reply.json())
 
 
-def test_fuzz_admin_api_never_5xx(admin_target: Gateway, record_property: Callable[[str, Any], None]) -> None:
+def test_fuzz_admin_api_never_5xx(
+    admin_target: Gateway, record_property: Callable[[str, Any], None], capsys: pytest.CaptureFixture[str]
+) -> None:
     schema = _schema(admin_target)
     operations = [result.ok() for result in schema.get_all_operations()]
     assert operations, "the schema lists no operations"
@@ -69,7 +71,10 @@ def test_fuzz_admin_api_never_5xx(admin_target: Gateway, record_property: Callab
                 if "Unsatisfiable" not in type(error).__name__:
                     raise
     cases = sum(statuses.values())
-    print(f"\nfuzz admin API: {len(operations)} operations, {cases} cases, {len(server_errors)} 5xx, {dict(statuses)}")
+    with capsys.disabled():  # the figures show in every run, not only with -s
+        print(
+            f"\nfuzz admin API: {len(operations)} operations, {cases} cases, {len(server_errors)} 5xx, {dict(statuses)}"
+        )
     record_property("fuzz_admin_cases", cases)
     record_property("fuzz_admin_5xx", len(server_errors))
     assert server_errors == [], server_errors
