@@ -180,7 +180,7 @@ class ServerSettings(Frozen):
     body_timeout_s: Seconds = Field(default=30.0, description="a request body must arrive within this")
     # Connections that have not yet sent a whole request head (so cannot have been authenticated):
     # past this many, new connections are closed at once. Authenticated traffic is capped by quotas.
-    max_unauthenticated_connections: int = Field(default=256, ge=1)
+    max_unauthenticated_connections: int = Field(default=1024, ge=1)
 
 
 class EmbeddedStoreSettings(Frozen):

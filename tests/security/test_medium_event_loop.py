@@ -1,6 +1,7 @@
 """Medium: long synchronous work off the event loop. While one tenant's very large body is being
-decoded and validated, another tenant's small request is answered (it used to wait for the
-whole parse: one 10 MB body stalled every request for seconds)."""
+decoded and validated, or a promote hashes a checkpoint, another tenant's small request is
+answered (it used to wait: one 10 MB body stalled every request for seconds, a rollback for
+seconds per GiB of weights)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,16 @@ import select
 import socket
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import httpx
 import orjson
 import pytest
 
 from gateway.cli.processes import Announced
+from gateway.releases.checkpoints import CheckpointRegistry
 from tests.procs import Gateway, deployment, gateway_config, running_gateway
 from tests.security.helpers import chat
 
@@ -62,3 +66,43 @@ def _read_all(sock: socket.socket) -> bytes:
     while part := sock.recv(65536):
         received += part
     return received
+
+
+def test_medium_checkpoint_hashing_does_not_pause_traffic(sim_pair: list[Announced], tmp_path: Path) -> None:
+    """A promote hashes the release's checkpoint (seconds per GiB); meanwhile another tenant's
+    requests are answered. The weights were changed after registration, so the promote ends with
+    a 409 as soon as the hashing does."""
+    registry_root = tmp_path / "registry"
+    weights_dir = tmp_path / "ckpt"
+    weights_dir.mkdir()
+    weights = weights_dir / "model.safetensors"
+    with weights.open("wb") as sparse:
+        sparse.truncate(256 * 1024 * 1024)
+    CheckpointRegistry(registry_root).register(weights_dir, "ft", 100)
+    with weights.open("r+b") as changed:
+        changed.seek(-1, 2)
+        changed.write(b"\x01")
+    config = gateway_config(deployment("a", sim_pair[0]), releases={"checkpoint_registry": str(registry_root)})
+    with running_gateway(tmp_path, config) as gateway:
+        _, other_tenant = gateway.create_key(tenant="globex")
+        admin = gateway.headers(gateway.admin_key)
+        spec = {"version": "v1", "deployments": ["a"], "checkpoint": "ft@100"}
+        created = httpx.post(f"{gateway.url}/admin/models/sim-model/releases", json=spec, headers=admin, timeout=30)
+        assert created.status_code == 201, created.text
+        with ThreadPoolExecutor(1) as pool:
+            promote = pool.submit(
+                httpx.post,
+                f"{gateway.url}/admin/models/sim-model/promote",
+                json={"version": "v1"},
+                headers=admin,
+                timeout=DEADLINE_S,
+            )
+            answered_meanwhile = 0
+            deadline = time.monotonic() + DEADLINE_S
+            while not promote.done() and time.monotonic() < deadline:
+                assert chat(gateway, key=other_tenant, timeout=DEADLINE_S).status_code == 200
+                answered_meanwhile += not promote.done()
+            refused = promote.result()
+    assert refused.status_code == 409, refused.text
+    assert "changed: model.safetensors" in refused.json()["error"]["message"]
+    assert answered_meanwhile >= 1
