@@ -12,7 +12,7 @@ import functools
 import logging
 import re
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -28,6 +28,7 @@ from gateway.pipeline import Handler, RequestContext
 from gateway.principal import Scope
 from gateway.sessions import SessionManager
 from gateway.settings import ServerSettings
+from gateway.tenancy import ModelTenancy
 from gateway.wire import ChunkRenderer, Completion, dumps
 
 log = logging.getLogger(__name__)
@@ -49,13 +50,13 @@ class OpenAIApi:
         pipeline: Handler,
         authenticator: Authenticator,
         sessions: SessionManager | None,
-        models: Sequence[str],
+        tenancy: ModelTenancy,
         server: ServerSettings,
     ) -> None:
         self.pipeline = pipeline
         self._authenticator = authenticator
         self._sessions = sessions
-        self._models = list(models)
+        self._tenancy = tenancy
         self._server = server
 
     def routes(self) -> list[BaseRoute]:
@@ -94,8 +95,8 @@ class OpenAIApi:
         principal.require(Scope.CHAT)
         data = [
             {"id": name, "object": "model", "created": 0, "owned_by": "agent-gateway"}
-            for name in self._models
-            if principal.may_use(name)
+            for name in self._tenancy.names
+            if self._tenancy.may_use(principal, name)
         ]
         return Response(dumps({"object": "list", "data": data}), media_type="application/json")
 
