@@ -102,7 +102,10 @@ class LiteLLMBackend:
                         item = await anext(iterator)
                 except StopAsyncIteration:
                     return
-                chunk = chunk_from_openai(item.model_dump(exclude_none=True))
+                try:
+                    chunk = chunk_from_openai(item.model_dump(exclude_none=True))
+                except (KeyError, TypeError, ValueError) as exc:
+                    raise UpstreamProtocolError(f"malformed chunk ({exc})", deployment=self.name) from None
                 if chunk.carries_output:
                     phase, limit = "stall", timeouts.stall_s
                 yield chunk

@@ -204,7 +204,12 @@ def demo_command(
             releases=releases_note,
             fate="kept on exit" if keep_data else "removed on exit unless --keep-data",
         )
-        serve(create_app(settings), sock, lambda: click.echo(f"gateway listening on {url}/v1\n{snippet}"))
+        serve(
+            create_app(settings),
+            sock,
+            lambda: click.echo(f"gateway listening on {url}/v1\n{snippet}"),
+            settings.server,
+        )
     except KeyboardInterrupt:
         pass  # a stop before the server ran: as quiet as one while it ran
     finally:

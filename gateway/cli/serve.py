@@ -42,7 +42,11 @@ def serve_command(config_path: Path, host: str | None, port: int | None, log_lev
     configure_logging(log_level)
     sock = bind(host or settings.server.host, settings.server.port if port is None else port)
     url = base_url(sock)
-    serve(create_app(settings), sock, lambda: click.echo(f"gateway listening on {url}/v1", nl=True))
+
+    def announce() -> None:
+        click.echo(f"gateway listening on {url}/v1", nl=True)
+
+    serve(create_app(settings), sock, announce, settings.server)
 
 
 def _check_bootstrap_key(settings: Settings) -> None:

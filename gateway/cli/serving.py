@@ -12,7 +12,9 @@ from typing import Any
 import click
 import uvicorn
 
+from gateway.cli.connection_guard import guarded_protocol
 from gateway.graceful import GracefulServer
+from gateway.settings import ServerSettings
 
 
 class _AnnouncingServer(GracefulServer):
@@ -55,16 +57,22 @@ def base_url(sock: socket.socket) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-def serve(app: Any, sock: socket.socket, on_ready: Callable[[], None]) -> None:
+def serve(app: Any, sock: socket.socket, on_ready: Callable[[], None], limits: ServerSettings | None = None) -> None:
     """Serve until SIGINT, SIGTERM or SIGHUP, then return; `on_ready` runs once the app has started
-    and accepts."""
+    and accepts.
+
+    With `limits` (the server settings), slow or never-finished request heads are cut and connections waiting
+    for one are capped (`connection_guard`)."""
+    http: Any = "httptools" if importlib.util.find_spec("httptools") else "h11"
+    if limits is not None:
+        http = guarded_protocol(limits.header_timeout_s, limits.max_unauthenticated_connections)
     config = uvicorn.Config(
         app,
         log_level="warning",
         access_log=False,
         log_config=None,  # uvicorn's records go to the root logger: JSON lines like the gateway's own
         loop="uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
-        http="httptools" if importlib.util.find_spec("httptools") else "h11",
+        http=http,
         timeout_graceful_shutdown=10,
     )
     server = _AnnouncingServer(config, on_ready)
