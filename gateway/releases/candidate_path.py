@@ -23,6 +23,7 @@ from gateway.http.openai_api import OpenAIApi
 from gateway.pipeline import Handler, RequestContext, Stage, compose
 from gateway.principal import Principal
 from gateway.quota import Admit
+from gateway.settings import ServerSettings
 from gateway.tenancy import ModelTenancy
 
 RELEASE_HEADER = "x-gateway-release"
@@ -52,18 +53,18 @@ class CandidatePath:
         terminal: Handler,
         authenticator: Authenticator,
         tenancy: ModelTenancy,
-        max_body_bytes: int,
+        server: ServerSettings,
     ) -> None:
         self._stages = list(stages)
         self._terminal = terminal
         self._authenticator = authenticator
         self._tenancy = tenancy
-        self._max_body_bytes = max_body_bytes
+        self._server = server
 
     def transport(self, actor: Principal, version: str) -> httpx.AsyncBaseTransport:
         kept = [s for s in self._stages if not isinstance(s, Admit)]
         stages = [_AsActor(actor) if isinstance(s, Authenticate) else s for s in kept]
-        api = OpenAIApi(compose(stages, self._terminal), self._authenticator, None, self._tenancy, self._max_body_bytes)
+        api = OpenAIApi(compose(stages, self._terminal), self._authenticator, None, self._tenancy, self._server)
         app = Starlette(routes=api.routes())
         install_error_handlers(app)  # type: ignore[arg-type]  # only the Starlette part is used
         pin = (RELEASE_HEADER.encode(), version.encode())

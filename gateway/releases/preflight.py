@@ -51,7 +51,7 @@ class PreflightChecks:
         self, record: dict[str, Any], *, run_evals: bool, bring_up: bool = False, actor: Principal | None = None
     ) -> None:
         """Raise PreflightFailed naming every problem with this release."""
-        problems = self._checkpoint_problems(record) + await self._health_problems(record, bring_up)
+        problems = await self._checkpoint_problems(record) + await self._health_problems(record, bring_up)
         if not problems:
             chosen = [d.settings for d in self._group(record["model"]).deployments if d.name in record["deployments"]]
             problems += await served_problems(chosen, record.get("checkpoint"))
@@ -62,13 +62,15 @@ class PreflightChecks:
         if problems:
             raise PreflightFailed(f"{record['model']}@{record['version']}: " + "; ".join(problems))
 
-    def _checkpoint_problems(self, record: dict[str, Any]) -> list[str]:
+    async def _checkpoint_problems(self, record: dict[str, Any]) -> list[str]:
         pin = record.get("checkpoint")
         if pin is None:
             return []
         from gateway.releases.checkpoints import verify
 
-        report = verify(Path(pin["path"]), expected_digest=pin["manifest_digest"])
+        # Hashing a checkpoint takes seconds per GiB: in a thread (hashlib lets go of the GIL),
+        # so that a promote or rollback does not pause traffic.
+        report = await asyncio.to_thread(verify, Path(pin["path"]), expected_digest=pin["manifest_digest"])
         return [f"checkpoint {pin['version']} {problem}" for problem in report.problems]
 
     async def _health_problems(self, record: dict[str, Any], bring_up: bool) -> list[str]:
@@ -117,14 +119,29 @@ class PreflightChecks:
             return [f"eval set {pin['id']} cannot be read: {error}"]
         if eval_set.digest != pin["digest"]:
             return [f"eval set {pin['id']} changed since the release pinned it"]
-        if self.candidate_path is None or actor is None:
-            return [f"eval set {pin['id']} runs through a gateway's request path: promote through the gateway"]
-        transport = self.candidate_path.transport(actor, record["version"])
-        result = await run_eval(eval_set, CANDIDATE_BASE_URL, None, record["model"], transport=transport)
+        if self.candidate_path is not None and actor is not None:
+            transport = self.candidate_path.transport(actor, record["version"])
+            result = await run_eval(eval_set, CANDIDATE_BASE_URL, None, record["model"], transport=transport)
+        else:
+            # The CLI without --gateway has no request path of a running gateway: the cases go to
+            # the release's first deployment with its prompt in front (no tool policy applies).
+            result = await self._direct_eval(record, eval_set)
         verdict = check_gate(result, Thresholds(min_pass_rate=record["thresholds"].get("min_pass_rate")))
         if verdict.passed:
             return []
         return [f"eval set {pin['id']}: " + "; ".join(verdict.reasons) + _failed_cases(result.cases)]
+
+    async def _direct_eval(self, record: dict[str, Any], eval_set: Any) -> Any:
+        from eval.runner import run_eval
+
+        prompt = record["prompt"]["system_prompt"]
+        if prompt:
+            system = {"role": "system", "content": prompt}
+            cases = tuple(c.model_copy(update={"messages": (system, *c.messages)}) for c in eval_set.cases)
+            eval_set = eval_set.model_copy(update={"cases": cases})
+        group = self._group(record["model"])
+        target = next(d for d in group.deployments if d.name in record["deployments"]).settings
+        return await run_eval(eval_set, str(target.api_base), target.api_key, target.model)
 
     async def _smoke_problems(self, record: dict[str, Any]) -> list[str]:
         smoke = record.get("smoke")

@@ -208,7 +208,10 @@ class ReleaseService(PreflightChecks, CanaryOps):
     async def _previous(self, model: str) -> str:
         target = await self.rollback_target(model)
         if target is None:
-            raise InvalidRequest(f"{model} has no earlier release to roll back to; name one with to_version")
+            raise InvalidRequest(
+                f"{model} has no earlier release to roll back to; name the release (--to on the CLI,"
+                ' "version" over HTTP)'
+            )
         return target
 
     async def release(self, model: str, version: str) -> dict[str, Any]:
