@@ -27,18 +27,20 @@ README_PORTS = ("8080", "9101", "9102")
 def readme_block(heading: str, index: int = 0, language: str = "bash") -> str:
     """The `index`-th ```bash (or other `language`) block of the README section under `heading`."""
     blocks: list[list[str]] = []
-    in_section = in_fence = False
+    in_section = in_fence = capturing = False
     for line in (ROOT / "README.md").read_text().splitlines(keepends=True):
         if line.startswith("```"):
             in_fence = not in_fence
-            if in_section and in_fence and line.strip() == f"```{language}":
+            # Only the wanted language: a later ```yaml or ```python block is not part of it.
+            capturing = in_section and in_fence and line.strip() == f"```{language}"
+            if capturing:
                 blocks.append([])
             continue
         if not in_fence and re.match(r"#+ ", line):
             if in_section:
                 break
             in_section = line.split(" ", 1)[1].strip() == heading
-        elif in_section and in_fence and blocks:
+        elif capturing:
             blocks[-1].append(line)
     assert len(blocks) > index, f"no {language} block {index} under {heading!r} in README.md"
     return "".join(blocks[index])
