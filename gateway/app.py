@@ -14,9 +14,11 @@ import random
 import secrets
 import uuid
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
 from fastapi.telemetry import TelemetryConfig
+from starlette.routing import Route
 
 from gateway.approvals import ApprovalService
 from gateway.audit import AuditWriter
@@ -50,6 +52,9 @@ from gateway.store.factory import open_store
 from gateway.telemetry import Telemetry
 from gateway.tool_policy import PolicyHolder, ToolPolicy
 from gateway.trace_stage import TraceRequests
+
+if TYPE_CHECKING:
+    from gateway.mcp.endpoint import McpEndpoint
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +94,23 @@ def approval_secret(settings: Settings) -> bytes:
     return secrets.token_bytes(32)
 
 
+def build_mcp(
+    settings: Settings,
+    policies: PolicyHolder,
+    approvals: ApprovalService,
+    audit: AuditWriter,
+    authenticator: Authenticator,
+) -> McpEndpoint | None:
+    """The MCP endpoint, when upstream MCP servers are configured (the SDK is imported only then)."""
+    if not settings.mcp.servers:
+        return None
+    from gateway.mcp.endpoint import McpEndpoint
+    from gateway.mcp.service import McpGateway
+
+    gateway = McpGateway(settings.mcp, policies, approvals, audit, settings.tools.wait_poll_s)
+    return McpEndpoint(gateway, authenticator, settings.server.max_body_bytes)
+
+
 def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAPI:
     """The whole service. Tests pass a `telemetry` with in-memory exporters; the lifespan shuts it down."""
     telemetry = telemetry or Telemetry(settings.telemetry)
@@ -113,7 +135,10 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
     releases = ReleaseService(store, audit, router, health, checkpoint_registry, active_releases)
     release_watcher = ReleaseWatcher(store, releases, settings.releases.watch_interval_s)
 
-    tool_policy = ToolPolicy(policies, approvals, audit, settings.tools.wait_poll_s)
+    mcp = build_mcp(settings, policies, approvals, audit, authenticator)
+    tool_policy = ToolPolicy(
+        policies, approvals, audit, settings.tools.wait_poll_s, runs_at_gateway=mcp.gateway.executes if mcp else None
+    )
     stages: list[Stage] = [
         TraceRequests(telemetry, model_names),  # outermost: refusals are traced and counted too
         audit_requests,  # refusals are recorded too
@@ -148,7 +173,8 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
         if sessions is not None:
             sessions.start_checkpoints()
         try:
-            yield
+            async with mcp.running() if mcp is not None else contextlib.nullcontext():
+                yield
         finally:
             policy_watch.cancel()
             release_watch.cancel()
@@ -177,12 +203,15 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
     app.router.routes.extend(openai_api.routes())
     if sessions is not None:
         app.router.routes.extend(SessionsApi(sessions, authenticator).routes())
-    app.router.routes.extend(HealthApi(router, store, settings.quota.on_store_error).routes())
+    mcp_statuses = mcp.gateway.statuses if mcp is not None else None
+    app.router.routes.extend(HealthApi(router, store, settings.quota.on_store_error, mcp_statuses).routes())
     app.router.routes.extend(MetricsApi(telemetry.registry).routes())
     app.include_router(build_admin_router(authenticator, keys, store))
     app.include_router(build_approvals_router(authenticator, approvals, policies))
     app.include_router(build_releases_router(authenticator, releases))
     app.router.routes.extend(admin_page_routes())
+    if mcp is not None:
+        app.router.routes.append(Route(settings.mcp.path, mcp, methods=["GET", "POST", "DELETE"]))
     install_error_handlers(app)
     app.state.router = router
     app.state.quota = quota

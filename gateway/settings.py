@@ -260,8 +260,46 @@ class ReleaseSettings(Frozen):
     watch_interval_s: Seconds = Field(default=0.25, description="how fast a switch reaches every replica")
 
 
+class McpServerSettings(Frozen):
+    """One upstream MCP server: a Streamable HTTP `url`, or a stdio `command` the gateway starts."""
+
+    # Tools are shown to agents as `<name>__<tool>`, so the name may not contain the separator.
+    name: str = Field(pattern=r"^[A-Za-z0-9]+(?:[-_][A-Za-z0-9]+)*$", max_length=32)
+    url: HttpUrl | None = None
+    command: list[str] | None = Field(default=None, min_length=1)
+    env: dict[str, str] = Field(default_factory=dict, description="added to a stdio command's environment")
+    headers: dict[str, str] = Field(default_factory=dict, description="sent to a url server (e.g. its own key)")
+    call_timeout_s: Seconds = Field(default=30.0, description="a tools/call that takes longer fails")
+    connect_timeout_s: Seconds = 10.0
+    restart_backoff_s: Seconds = Field(default=0.5, description="first wait before a crashed server is restarted")
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerSettings:
+        if (self.url is None) == (self.command is None):
+            raise ValueError("give exactly one of url and command")
+        return self
+
+
+class McpSettings(Frozen):
+    """The gateway's MCP endpoint: tools of the upstream servers, under the tool policy."""
+
+    path: str = Field(default="/mcp", pattern=r"^/[A-Za-z0-9/_-]*$")
+    servers: list[McpServerSettings] = Field(default_factory=list)
+    max_result_bytes: int = Field(default=1_000_000, ge=1024, description="a larger tool result is refused")
+    progress_interval_s: Seconds = Field(default=5.0, description="progress notifications while a call is held")
+
+    @model_validator(mode="after")
+    def _unique_server_names(self) -> McpSettings:
+        names = [s.name for s in self.servers]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"duplicate MCP server names: {', '.join(duplicates)}")
+        return self
+
+
 class Settings(Frozen):
     server: ServerSettings = ServerSettings()
+    mcp: McpSettings = McpSettings()
     releases: ReleaseSettings = ReleaseSettings()
     telemetry: TelemetrySettings = TelemetrySettings()
     tools: ToolPolicySettings = ToolPolicySettings()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
@@ -13,11 +16,25 @@ from gateway.store.base import Store
 from gateway.wire import dumps
 
 
+class ToolServerStatus(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def state(self) -> str: ...
+
+
 class HealthApi:
-    def __init__(self, router: Router, store: Store, on_store_error: FailMode) -> None:
+    def __init__(
+        self,
+        router: Router,
+        store: Store,
+        on_store_error: FailMode,
+        tool_servers: Callable[[], Sequence[ToolServerStatus]] | None = None,
+    ) -> None:
         self._router = router
         self._store = store
         self._store_required = on_store_error is FailMode.CLOSED
+        self._tool_servers = tool_servers
 
     def routes(self) -> list[BaseRoute]:
         return [
@@ -41,11 +58,14 @@ class HealthApi:
         }
         store_up = await self._store_up()
         ready = all(m["ready"] for m in models.values()) and (store_up or not self._store_required)
-        body = {
+        body: dict[str, object] = {
             "status": "ready" if ready else "not_ready",
             "store": "up" if store_up else "down",
             "models": models,
         }
+        if self._tool_servers is not None:
+            # Reported, not gating: a replacement replica would meet the same MCP server down.
+            body["mcp_servers"] = {s.name: str(s.state) for s in self._tool_servers()}
         return Response(dumps(body), status_code=200 if ready else 503, media_type="application/json")
 
     async def _store_up(self) -> bool:
