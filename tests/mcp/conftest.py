@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gateway.cli.processes import Announced, start_announcing
-from tests.procs import Gateway, deployment, gateway_config, policy_file, running_gateway
+from tests.procs import Gateway, deployment, gateway_config, policy_file, running_gateway, start_sim
 
 SECRET = "mcp-test-approval-secret-0123456789"
 POLICY = """
@@ -30,8 +30,11 @@ policies:
   impatient:
     approval: {mode: wait, timeout_s: 1, ttl_s: 600}
     tools: [{name: files__delete_file, risk: high}]
+  operator:
+    approval: {mode: wait, timeout_s: 20, ttl_s: 600}
+    tools: [{name: files__delete_file, risk: high}]
 bindings:
-  tenants: {acme: agent, hastyco: impatient}
+  tenants: {acme: agent, hastyco: impatient, opsco: operator}
 """
 
 
@@ -60,9 +63,17 @@ def mcp_config(upstream: Announced, tmp_path: Path, sim: Announced, **mcp: objec
 
 
 @pytest.fixture(scope="module")
-def gateway(
-    upstream: Announced, sim_pair: list[Announced], tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Gateway]:
+def echo_sim() -> Iterator[Announced]:
+    """A sim that answers a tool result by quoting it, so an agent's final answer shows the result."""
+    sim = start_sim("--echo-tool-results")
+    try:
+        yield sim
+    finally:
+        sim.stop()
+
+
+@pytest.fixture(scope="module")
+def gateway(upstream: Announced, echo_sim: Announced, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     tmp_path = tmp_path_factory.mktemp("mcp-gateway")
-    with running_gateway(tmp_path, mcp_config(upstream, tmp_path, sim_pair[0])) as running:
+    with running_gateway(tmp_path, mcp_config(upstream, tmp_path, echo_sim)) as running:
         yield running
