@@ -136,6 +136,8 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
     release_watcher = ReleaseWatcher(store, releases, settings.releases.watch_interval_s)
 
     mcp = build_mcp(settings, policies, approvals, audit, authenticator)
+    if mcp is not None:
+        telemetry.watch_tool_servers(mcp.gateway.statuses, lambda: mcp.gateway.calls)
     tool_policy = ToolPolicy(
         policies, approvals, audit, settings.tools.wait_poll_s, runs_at_gateway=mcp.gateway.executes if mcp else None
     )

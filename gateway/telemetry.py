@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -36,6 +36,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from opentelemetry.util.types import AttributeValue
 from prometheus_client import CollectorRegistry
 
+from gateway.mcp.status import UpstreamState, UpstreamStatus
 from gateway.routing.breaker import BreakerState
 from gateway.settings import BackendKind, DeploymentSettings, TelemetrySettings
 
@@ -178,6 +179,24 @@ class Telemetry:
             [fail_open],
             unit="{request}",
             description="requests let through unmetered because the quota store was unavailable",
+        )
+
+    def watch_tool_servers(
+        self, statuses: Callable[[], Sequence[UpstreamStatus]], calls: Callable[[], Mapping[tuple[str, str], int]]
+    ) -> None:
+        """MCP upstream servers: whether each is up, and calls per server and outcome."""
+
+        def up(_: CallbackOptions) -> Iterable[Observation]:
+            return [Observation(int(s.state is UpstreamState.UP), {"server": s.name}) for s in statuses()]
+
+        def counted(_: CallbackOptions) -> Iterable[Observation]:
+            return [Observation(n, {"server": server, "status": status}) for (server, status), n in calls().items()]
+
+        self._meter.create_observable_gauge(
+            "gateway.mcp.server_up", [up], unit="1", description="1 while the MCP server is connected"
+        )
+        self._meter.create_observable_counter(
+            "gateway.mcp.calls", [counted], unit="{call}", description="MCP tool calls per server and outcome"
         )
 
     def record_checkpoint(self, seconds: float, sessions: int) -> None:

@@ -3,24 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from gateway.errors import StoreUnavailable
+from gateway.mcp.status import UpstreamStatus
 from gateway.routing.router import Router
 from gateway.settings import FailMode
 from gateway.store.base import Store
 from gateway.wire import dumps
-
-
-class ToolServerStatus(Protocol):
-    @property
-    def name(self) -> str: ...
-    @property
-    def state(self) -> str: ...
 
 
 class HealthApi:
@@ -29,7 +22,7 @@ class HealthApi:
         router: Router,
         store: Store,
         on_store_error: FailMode,
-        tool_servers: Callable[[], Sequence[ToolServerStatus]] | None = None,
+        tool_servers: Callable[[], Sequence[UpstreamStatus]] | None = None,
     ) -> None:
         self._router = router
         self._store = store
@@ -65,7 +58,7 @@ class HealthApi:
         }
         if self._tool_servers is not None:
             # Reported, not gating: a replacement replica would meet the same MCP server down.
-            body["mcp_servers"] = {s.name: str(s.state) for s in self._tool_servers()}
+            body["mcp_servers"] = {s.name: s.state.value for s in self._tool_servers()}
         return Response(dumps(body), status_code=200 if ready else 503, media_type="application/json")
 
     async def _store_up(self) -> bool:

@@ -35,7 +35,8 @@ import orjson
 
 from gateway.approvals import APPROVED, ApprovalService
 from gateway.audit import AuditWriter
-from gateway.mcp.upstream import UpstreamCallFailed, UpstreamServer, UpstreamStatus, UpstreamUnavailable
+from gateway.mcp.status import UpstreamStatus
+from gateway.mcp.upstream import UpstreamCallFailed, UpstreamServer, UpstreamUnavailable
 from gateway.principal import Principal
 from gateway.settings import McpSettings
 from gateway.tool_policy import PolicyHolder

@@ -18,8 +18,6 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 import anyio
@@ -28,6 +26,7 @@ import mcp_types as types
 from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
+from gateway.mcp.status import UpstreamState, UpstreamStatus
 from gateway.settings import McpServerSettings
 
 log = logging.getLogger(__name__)
@@ -45,21 +44,6 @@ class UpstreamUnavailable(Exception):
 
 class UpstreamCallFailed(Exception):
     """The server answered the call with a protocol error (not a tool error, which is a result)."""
-
-
-class UpstreamState(StrEnum):
-    STARTING = "starting"
-    UP = "up"
-    DOWN = "down"
-
-
-@dataclass(frozen=True, slots=True)
-class UpstreamStatus:
-    name: str
-    state: UpstreamState
-    tools: int
-    restarts: int
-    last_error: str
 
 
 class UpstreamServer:

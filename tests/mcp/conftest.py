@@ -27,6 +27,8 @@ policies:
           required: [path]
       - {name: local__read_file, risk: low}
       - {name: local__slow_echo, risk: low}
+      - {name: files__big, risk: low}
+      - {name: hasty__slow_echo, risk: low}
   impatient:
     approval: {mode: wait, timeout_s: 1, ttl_s: 600}
     tools: [{name: files__delete_file, risk: high}]
@@ -54,11 +56,12 @@ def mcp_config(upstream: Announced, tmp_path: Path, sim: Announced, **mcp: objec
     servers = [
         {"name": "files", "url": upstream.url, "call_timeout_s": 10},
         {"name": "local", "command": stdio, "env": {"AGW_NAMESPACE": "local"}, "call_timeout_s": 10},
+        {"name": "hasty", "url": upstream.url, "call_timeout_s": 1},  # the same server, less patience
     ]
     return gateway_config(
         deployment("a", sim),
         tools={"policy_file": policy_file(tmp_path, POLICY), "approval_secret": SECRET},
-        mcp={"servers": servers, "progress_interval_s": 0.2, **mcp},
+        mcp={"servers": servers, "progress_interval_s": 0.2, "max_result_bytes": 4096, **mcp},
     )
 
 

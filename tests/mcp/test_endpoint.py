@@ -13,18 +13,26 @@ from typing import Any
 
 import httpx
 import pytest
+from mcp import MCPError
 
 from tests.e2e.test_tool_policy import approve_when_pending
 from tests.mcp.client import mcp_session, text_of, wait_for_mcp_servers
 from tests.procs import Gateway
 
-ALLOWED = {"files__read_file", "files__delete_file", "local__read_file", "local__slow_echo"}
+ALLOWED = {
+    "files__read_file",
+    "files__delete_file",
+    "files__big",
+    "local__read_file",
+    "local__slow_echo",
+    "hasty__slow_echo",
+}
 
 
 @pytest.fixture(autouse=True)
 def servers_up(gateway: Gateway) -> None:
     body = wait_for_mcp_servers(gateway)
-    assert body["mcp_servers"] == {"files": "up", "local": "up"}
+    assert body["mcp_servers"] == {"files": "up", "local": "up", "hasty": "up"}
 
 
 def audit_of(gateway: Gateway, kind: str = "mcp") -> list[dict[str, Any]]:
@@ -175,3 +183,36 @@ def test_audit_verify_passes_after_the_mcp_calls(gateway: Gateway) -> None:
         check=False,
     )
     assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+async def test_a_server_slower_than_its_call_timeout_gives_a_clear_error(gateway: Gateway) -> None:
+    async with mcp_session(gateway) as session:
+        result = await session.call_tool("hasty__slow_echo", {"text": "hi", "seconds": 5})
+    assert result.is_error
+    assert text_of(result) == "MCP server 'hasty' did not answer within 1s"
+
+
+async def test_a_result_over_the_size_limit_is_refused(gateway: Gateway) -> None:
+    async with mcp_session(gateway) as session:
+        small = await session.call_tool("files__big", {"size": 100})
+        large = await session.call_tool("files__big", {"size": 5000})
+    assert text_of(small) == "x" * 100
+    assert large.is_error
+    assert text_of(large).startswith("The result of 'big' is too large (")
+    assert text_of(large).endswith("bytes; the limit is 4096).")
+
+
+async def test_resources_and_prompts_are_not_exposed(gateway: Gateway) -> None:
+    async with mcp_session(gateway) as session:
+        capabilities = (await session.initialize()).capabilities
+        assert capabilities.tools is not None
+        assert capabilities.resources is None
+        assert capabilities.prompts is None
+        with pytest.raises(MCPError):
+            await session.list_resources()
+
+
+def test_metrics_count_calls_per_server_and_outcome(gateway: Gateway) -> None:
+    text = httpx.get(f"{gateway.url}/metrics", timeout=10).text
+    assert 'gateway_mcp_server_up{server="files"} 1.0' in text
+    assert 'gateway_mcp_calls_total{server="files",status="denied"}' in text

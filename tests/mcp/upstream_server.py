@@ -3,10 +3,10 @@
     python -m tests.mcp.upstream_server --http      # Streamable HTTP on a free port: prints "listening on URL"
     python -m tests.mcp.upstream_server --stdio     # stdio, as the gateway's supervisor starts it
 
-Three tools, as a real server would have them: `read_file` (read-only), `delete_file` (risky; the
+Tools as a real server would have them: `read_file` (read-only), `delete_file` (risky; the
 policy restricts its path), `shutdown` (never on any whitelist). `slow_echo` takes its time, so a
-test can kill the server mid-call. Each reply names the approval the gateway attached, if any,
-so a test can see that the token travelled with the call.
+test can kill the server mid-call; `big` answers with as many characters as asked for. A reply to
+an approved call says whether the gateway's approval token checks out for exactly this call.
 """
 
 from __future__ import annotations
@@ -42,6 +42,11 @@ def build_server() -> MCPServer:
     def shutdown() -> str:
         """Stop the machine."""
         return "machine stopped"
+
+    @server.tool()
+    def big(size: int) -> str:
+        """A result of `size` characters."""
+        return "x" * min(size, 10_000_000)
 
     @server.tool()
     async def slow_echo(text: str, seconds: float) -> str:
