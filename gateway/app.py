@@ -70,6 +70,9 @@ def build_audit_writer(settings: Settings, store: Store) -> AuditWriter:
         queue_size=audit.queue_size,
         batch_size=audit.batch_size,
         flush_interval_s=audit.flush_interval_s,
+        reserve_wait_s=audit.reserve_wait_s,
+        stuck_after_s=audit.stuck_after_s,
+        shutdown_wait_s=audit.shutdown_wait_s,
     )
 
 
@@ -105,6 +108,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
     policies = PolicyHolder(settings.tools.policy_file)
     approvals = ApprovalService(store, audit, approval_secret(settings))
     telemetry.watch(router, quota)
+    telemetry.watch_audit(audit)
 
     active_releases = ActiveReleases()
     checkpoint_registry = (
@@ -177,7 +181,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
     app.router.routes.extend(openai_api.routes())
     if sessions is not None:
         app.router.routes.extend(SessionsApi(sessions, authenticator).routes())
-    app.router.routes.extend(HealthApi(router, store, settings.quota.on_store_error).routes())
+    app.router.routes.extend(HealthApi(router, store, audit).routes())
     app.router.routes.extend(MetricsApi(telemetry.registry).routes())
     app.include_router(build_admin_router(authenticator, keys, store))
     app.include_router(build_approvals_router(authenticator, approvals, policies))

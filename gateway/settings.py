@@ -215,6 +215,9 @@ class AuditSettings(Frozen):
     queue_size: int = Field(default=10_000, ge=1)
     batch_size: int = Field(default=200, ge=1)
     flush_interval_s: Seconds = 0.05
+    reserve_wait_s: Seconds = Field(default=5.0, description="a request waits this long for a full queue, then 503")
+    stuck_after_s: Seconds = Field(default=10.0, description="not ready when records cannot be written this long")
+    shutdown_wait_s: Seconds = Field(default=10.0, description="at shutdown, wait this long for the store")
 
 
 class DisconnectPolicy(StrEnum):

@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 
 from gateway.store import keys
 from gateway.store.base import SessionCheckpoint
@@ -82,30 +83,37 @@ class RedisSessions:
         """Every item's scripts in one pipeline: one round trip for all live sessions."""
         if not items:
             return
-        pipe = self._redis.pipeline(transaction=False)
         for item in items:
             check_ttl(item.ttl_s)
             check_events(item.events)
-            names = self._keys(item.tenant, item.session_id)
-            ttl_ms = keys.session_ttl_ms(item.ttl_s)
-            if item.replace_events:
-                pipe.delete(names.events)
-            if item.state is not None:
-                await self._save(
-                    keys=[names.state, names.events, names.lease], args=[orjson.dumps(item.state), ttl_ms], client=pipe
-                )
-            if item.events:
-                args: list[int | bytes] = [ttl_ms]
-                for seq, payload in item.events:
-                    args += [seq, payload]
-                await self._append(keys=[names.events, names.state, names.lease], args=args, client=pipe)
-            if item.renew_owner is not None:
-                lease_ms = keys.session_ttl_ms(item.lease_ttl_s)
-                await self._claim(keys=[names.lease], args=[item.renew_owner, lease_ms], client=pipe)
-            if item.release_owner is not None:
-                await self._release(keys=[names.lease], args=[item.release_owner], client=pipe)
+        # `async with`, not a bare pipeline: redis-py checks SCRIPT EXISTS on a connection of its
+        # own before the pipeline's try/finally, so when that check fails (Redis frozen, loading,
+        # restarting) only the pipeline's reset() gives the connection back. Without it every
+        # failure leaked one pooled connection until the pool was empty for good (issue 12).
         with unavailable("session_checkpoint"):
-            await pipe.execute()
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for item in items:
+                    await self._queue(pipe, item)
+                await pipe.execute()
+
+    async def _queue(self, pipe: Pipeline, item: SessionCheckpoint) -> None:
+        names = self._keys(item.tenant, item.session_id)
+        ttl_ms = keys.session_ttl_ms(item.ttl_s)
+        if item.replace_events:
+            pipe.delete(names.events)
+        if item.state is not None:
+            state_args: list[bytes | int] = [orjson.dumps(item.state), ttl_ms]
+            await self._save(keys=[names.state, names.events, names.lease], args=state_args, client=pipe)
+        if item.events:
+            args: list[int | bytes] = [ttl_ms]
+            for seq, payload in item.events:
+                args += [seq, payload]
+            await self._append(keys=[names.events, names.state, names.lease], args=args, client=pipe)
+        if item.renew_owner is not None:
+            lease_ms = keys.session_ttl_ms(item.lease_ttl_s)
+            await self._claim(keys=[names.lease], args=[item.renew_owner, lease_ms], client=pipe)
+        if item.release_owner is not None:
+            await self._release(keys=[names.lease], args=[item.release_owner], client=pipe)
 
     async def delete(self, tenant: str, session_id: str) -> bool:
         names = self._keys(tenant, session_id)
