@@ -180,6 +180,18 @@ class Telemetry:
             unit="{request}",
             description="requests let through unmetered because the quota store was unavailable",
         )
+        self._meter.create_observable_counter(
+            "gateway.quota.settle_retries",
+            [lambda _: [Observation(quota.settle_retry_count)]],
+            unit="{request}",
+            description="quota settlements (lease releases) that waited for the store to come back",
+        )
+        self._meter.create_observable_counter(
+            "gateway.quota.unsettled",
+            [lambda _: [Observation(quota.unsettled_count)]],
+            unit="{request}",
+            description="quota settlements given up (the lease expired by itself; tokens stay estimated)",
+        )
 
     def watch_audit(self, audit: AuditWriter) -> None:
         """Counters of what the audit writer could not do normally (never silent), and its backlog."""
