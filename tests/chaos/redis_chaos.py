@@ -98,7 +98,13 @@ class Tally:
 
 
 async def steady_load(
-    gateways: list[Gateway], stop: asyncio.Event, tally: Tally, *, concurrency: int, max_requests: int
+    gateways: list[Gateway],
+    stop: asyncio.Event,
+    tally: Tally,
+    *,
+    concurrency: int,
+    max_requests: int,
+    label: str = "chaos",
 ) -> None:
     """`concurrency` clients round-robin over the gateways until `stop` (or `max_requests`)."""
     async with httpx.AsyncClient(timeout=15) as client:
@@ -108,14 +114,16 @@ async def steady_load(
             while not stop.is_set() and tally.total < max_requests:
                 gateway = gateways[(index + n) % len(gateways)]
                 n += 1
-                request_id = f"chaos-{index}-{n}"
+                request_id = f"{label}-{index}-{n}"
+                headers = {**gateway.headers(), "X-Request-Id": request_id}
+                url = f"{gateway.url}/v1/chat/completions"
                 try:
-                    reply = await client.post(
-                        f"{gateway.url}/v1/chat/completions",
-                        json=BODY,
-                        headers={**gateway.headers(), "X-Request-Id": request_id},
-                    )
-                    status = reply.status_code
+                    if index % 2:  # streams too: they take session checkpoints through every outage
+                        async with client.stream("POST", url, json={**BODY, "stream": True}, headers=headers) as r:
+                            body = b"".join([part async for part in r.aiter_bytes()])
+                            status = r.status_code if body.endswith(b"data: [DONE]\n\n") else 0
+                    else:
+                        status = (await client.post(url, json=BODY, headers=headers)).status_code
                 except httpx.HTTPError:
                     status = 0  # no answer at all: counted, and the scenario fails on it
                 tally.statuses[status] += 1
