@@ -47,6 +47,7 @@ from gateway.sessions import AppendHistory, AssignSession, SessionManager
 from gateway.settings import Settings
 from gateway.store.base import Store
 from gateway.store.factory import open_store
+from gateway.store_epoch import StoreEpoch
 from gateway.telemetry import Telemetry
 from gateway.tool_policy import PolicyHolder, ToolPolicy
 from gateway.trace_stage import TraceRequests
@@ -100,6 +101,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
     deployments = [d for group in router.groups.values() for d in group.deployments]
     health = HealthMonitor(deployments, settings.routing.health)
     audit = build_audit_writer(settings, store)
+    epoch = StoreEpoch(store, audit)
     authenticator = build_authenticator(settings, store)
     keys = KeyService(store, audit, on_change=authenticator.forget)
     quota = Admit(store, settings.quota)
@@ -149,6 +151,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
         health.start()
         policy_watch = asyncio.get_running_loop().create_task(policies.watch(settings.tools.reload_interval_s))
         release_watch = asyncio.get_running_loop().create_task(release_watcher.run())
+        epoch_watch = asyncio.get_running_loop().create_task(epoch.run())
         if sessions is not None:
             sessions.start_checkpoints()
         try:
@@ -156,6 +159,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
         finally:
             policy_watch.cancel()
             release_watch.cancel()
+            epoch_watch.cancel()
             await health.stop()
             if sessions is not None:
                 await sessions.stop()
@@ -181,7 +185,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
     app.router.routes.extend(openai_api.routes())
     if sessions is not None:
         app.router.routes.extend(SessionsApi(sessions, authenticator).routes())
-    app.router.routes.extend(HealthApi(router, store, audit).routes())
+    app.router.routes.extend(HealthApi(router, store, audit, epoch).routes())
     app.router.routes.extend(MetricsApi(telemetry.registry).routes())
     app.include_router(build_admin_router(authenticator, keys, store))
     app.include_router(build_approvals_router(authenticator, approvals, policies))

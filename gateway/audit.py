@@ -151,6 +151,7 @@ class AuditWriter:
         # A batch whose append failed without an answer: Redis may have run it all the same.
         self._unsure: list[dict[str, Any]] | None = None
         self._blocked_since: float | None = None  # monotonic time of the first failure in a row
+        self.highest_seq = 0  # the highest seq this writer appended (a wiped store's loss, at least)
         self.stats = WriterStats()
 
     async def reserve(self) -> None:
@@ -276,6 +277,7 @@ class AuditWriter:
             else:
                 self._head = None  # another replica appended: re-read the head and re-chain
         self._head = AuditHead(written[-1]["seq"], written[-1]["hash"])
+        self.highest_seq = max(self.highest_seq, self._head.seq)
         for _ in written:
             self._pending.popleft()
             self._room.release()

@@ -10,14 +10,16 @@ from gateway.audit import AuditWriter
 from gateway.errors import StoreUnavailable
 from gateway.routing.router import Router
 from gateway.store.base import Store
+from gateway.store_epoch import StoreEpoch
 from gateway.wire import dumps
 
 
 class HealthApi:
-    def __init__(self, router: Router, store: Store, audit: AuditWriter) -> None:
+    def __init__(self, router: Router, store: Store, audit: AuditWriter, epoch: StoreEpoch) -> None:
         self._router = router
         self._store = store
         self._audit = audit
+        self._epoch = epoch
 
     def routes(self) -> list[BaseRoute]:
         return [
@@ -42,18 +44,21 @@ class HealthApi:
         }
         store_up = await self._store_up()
         audit_problem = self._audit.stuck_reason()
-        ready = all(m["ready"] for m in models.values()) and store_up and audit_problem is None
-        body = {
+        wiped = self._epoch.wiped
+        ready = all(m["ready"] for m in models.values()) and store_up and audit_problem is None and wiped is None
+        body: dict[str, object] = {
             "status": "ready" if ready else "not_ready",
-            "store": "up" if store_up else "down",
+            "store": "wiped" if wiped else "up" if store_up else "down",
             "audit": audit_problem or "ok",
             "models": models,
         }
+        if wiped:
+            body["store_error"] = wiped
         return Response(dumps(body), status_code=200 if ready else 503, media_type="application/json")
 
     async def _store_up(self) -> bool:
         try:
-            await self._store.ping()
+            await self._epoch.check()  # one round trip: reachable, and still the same store
         except StoreUnavailable:
             return False
         return True

@@ -285,6 +285,14 @@ class RedisStore:
         return await self._releases.set_canary(model, canary, expected_generation)
 
     # --- lifecycle ------------------------------------------------------------------------
+    async def store_epoch(self, candidate: str) -> str:
+        with unavailable("store_epoch"):
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.set(keys.store_epoch(self._prefix), candidate, nx=True)
+                pipe.get(keys.store_epoch(self._prefix))
+                _, epoch = await pipe.execute()
+        return epoch.decode() if isinstance(epoch, bytes) else str(epoch)
+
     async def ping(self) -> None:
         with unavailable("ping"):
             await self._redis.ping()
