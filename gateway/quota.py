@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 
 from gateway.backends.base import Chunk
-from gateway.errors import InsufficientQuota, RateLimited, StoreUnavailable
+from gateway.errors import InsufficientQuota, RateLimited, StoreNotReached, StoreUnavailable
 from gateway.pipeline import Handler, RequestContext
 from gateway.settings import FailMode, QuotaSettings
 from gateway.store.base import AdmitRequest, AdmitResult, Limits, QuotaScope, Reservation, ScopeUsage, Store
@@ -126,10 +126,11 @@ class Admit:
         )
         try:
             result = await self._store.admit(request)
-        except StoreUnavailable:
-            # The script may have run with its answer lost: free the lease it may hold as soon
-            # as the store is back, or a short outage holds slots for the whole lease TTL.
-            self._spawn_settle(request.tenant, scopes, Reservation(request.lease_id, 0, 0, 0), 0)
+        except StoreUnavailable as error:
+            if not isinstance(error, StoreNotReached):
+                # The script may have run with its answer lost: free the lease it may hold as soon
+                # as the store is back, or a short outage holds slots for the whole lease TTL.
+                self._spawn_settle(request.tenant, scopes, Reservation(request.lease_id, 0, 0, 0), 0)
             if self._settings.on_store_error is FailMode.CLOSED:
                 raise
             self.fail_open_count += 1

@@ -182,6 +182,7 @@ class RedisStoreSettings(Frozen):
     key_prefix: str = "agw"
     socket_timeout_s: Seconds = 0.25
     connect_timeout_s: Seconds = 0.25
+    cluster: bool = Field(default=False, description="url names one node of a Redis Cluster (the rest are discovered)")
 
 
 class FailMode(StrEnum):
