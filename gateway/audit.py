@@ -110,6 +110,7 @@ class WriterStats:
     errors: int = 0  # anything else that interrupted a write (retried)
     refused: int = 0  # requests refused because the queue stayed full
     lost: int = 0  # records never written (store still down at shutdown); each one logged
+    rolled_back: int = 0  # records this writer had appended that the store no longer holds
 
 
 # Retrying a store that is down: the first retry soon, then no faster than this.
@@ -151,7 +152,8 @@ class AuditWriter:
         # A batch whose append failed without an answer: Redis may have run it all the same.
         self._unsure: list[dict[str, Any]] | None = None
         self._blocked_since: float | None = None  # monotonic time of the first failure in a row
-        self.highest_seq = 0  # the highest seq this writer appended (a wiped store's loss, at least)
+        self.highest_seq = 0  # the highest seq this writer appended to the chain the store holds now
+        self.peak_seq = 0  # the highest seq it ever appended (a wiped store's loss, at least)
         self.stats = WriterStats()
 
     async def reserve(self) -> None:
@@ -265,7 +267,7 @@ class AuditWriter:
         bodies = [self._pending[i] for i in range(min(self._batch_size, len(self._pending)))]
         written = await self._written_before() if self._unsure is not None else None
         while written is None:
-            head = self._head if self._head is not None else await self._store.audit_head()
+            head = self._head if self._head is not None else self._noticed_rollback(await self._store.audit_head())
             records = self._chain(head, bodies)
             try:
                 appended = await self._store.audit_append(head, records)
@@ -278,9 +280,25 @@ class AuditWriter:
                 self._head = None  # another replica appended: re-read the head and re-chain
         self._head = AuditHead(written[-1]["seq"], written[-1]["hash"])
         self.highest_seq = max(self.highest_seq, self._head.seq)
+        self.peak_seq = max(self.peak_seq, self._head.seq)
         for _ in written:
             self._pending.popleft()
             self._room.release()
+
+    def _noticed_rollback(self, head: AuditHead) -> AuditHead:
+        if head.seq < self.highest_seq:
+            # Acknowledged appends are gone: a failover to a replica that had not received them,
+            # or a store restored from an older copy (or wiped: see store_epoch). Say so.
+            self.stats.rolled_back += self.highest_seq - head.seq
+            log.error(
+                "the audit chain went back from seq %d to seq %d: the store lost records this replica had "
+                "written (failover to a lagging replica, restore or wipe); the chain continues from seq %d",
+                self.highest_seq,
+                head.seq,
+                head.seq,
+            )
+            self.highest_seq = head.seq
+        return head
 
     async def _written_before(self) -> list[dict[str, Any]] | None:
         """The unanswered batch if the store holds it after all, else None (write it again)."""

@@ -40,7 +40,7 @@ class StoreEpoch:
             await self._noticed(seen)
 
     async def _noticed(self, seen: str) -> None:
-        written = self._audit.highest_seq
+        written = self._audit.peak_seq
         self.wiped = (
             f"store wiped: its epoch changed from {self._mine} to {seen}, so it was emptied or replaced "
             f"since this replica started; keys, quotas, sessions and audit records written before are "

@@ -204,6 +204,7 @@ class Telemetry:
             "unencodable": "audit records that could not be encoded, replaced by an audit_error record",
             "lost": "audit records never written (the store stayed down through shutdown; each is logged)",
             "refused": "requests refused with 503 because the audit queue stayed full",
+            "rolled_back": "appended audit records the store later no longer held (failover, restore, wipe)",
             "store_errors": "audit writes that failed because the store was unavailable (retried)",
             "errors": "audit writes interrupted by an unexpected error (retried)",
         }

@@ -14,8 +14,9 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
+import redis
 
-from gateway.audit import AuditWriter, iterate, verify_store
+from gateway.audit import AuditWriter, canonical, iterate, verify_store
 from gateway.errors import StoreUnavailable
 from gateway.settings import EmbeddedStoreSettings, RedisStoreSettings
 from gateway.store.base import Store
@@ -155,3 +156,34 @@ async def test_a_full_queue_refuses_after_a_bounded_wait_instead_of_hanging(tmp_
     finally:
         await writer.stop()
         await store.aclose()
+
+
+async def test_a_chain_that_went_back_is_reported_not_silently_continued(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A failover that lost replicated-late writes, or a store restored from an older backup,
+    moves the head back: the writer says so (log and metric) before chaining onto it."""
+    port = free_port()
+    store = RedisStore(RedisStoreSettings(url=f"redis://127.0.0.1:{port}/0", key_prefix="agw-test"))
+    writer = writer_for(store)
+    with redis_server(port, tmp_path):
+        writer.start()
+        try:
+            for i in range(3):
+                await writer.submit({"kind": "request", "request_id": f"r{i}"})
+            await until(lambda: writer.backlog == 0)
+            first = (await records(store))[0]
+            raw = redis.Redis(port=port)
+            raw.delete("agw-test:{audit}:stream")
+            raw.xadd("agw-test:{audit}:stream", {"r": canonical(first)}, id="1-0")
+            raw.hset("agw-test:{audit}:head", mapping={"seq": 1, "hash": first["hash"]})
+            raw.close()
+            await writer.submit({"kind": "request", "request_id": "after"})
+            await until(lambda: writer.backlog == 0)
+            ids = [r["request_id"] for r in await records(store)]
+        finally:
+            await writer.stop()
+            await store.aclose()
+    assert ids == ["r0", "after"]
+    assert writer.stats.rolled_back == 2
+    assert "went back from seq 3 to seq 1" in caplog.text

@@ -73,7 +73,8 @@ class RedisCluster:
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.nodes[0].port}/0"
+        """A live node's URL (the client discovers the others from it)."""
+        return f"redis://127.0.0.1:{self.live()[0].port}/0"
 
     def live(self) -> list[ClusterNode]:
         return [n for n in self.nodes if n.process is not None and n.process.poll() is None]
@@ -81,7 +82,7 @@ class RedisCluster:
     def master_of(self, key: str) -> ClusterNode:
         """The node currently serving `key`'s slot as master."""
         for node in self.live():
-            with contextlib.closing(node.client()) as client:
+            with contextlib.suppress(redis.RedisError), contextlib.closing(node.client()) as client:
                 slot = client.cluster("KEYSLOT", key)
                 for start, end, master, *_ in client.cluster("SLOTS"):
                     if start <= slot <= end:
@@ -108,7 +109,7 @@ def running_cluster(root: Path, masters: int = 3, replicas: int = 1) -> Iterator
     try:
         for port in free_cluster_ports(masters * (1 + replicas)):
             workdir = root / f"node-{port}"
-            workdir.mkdir()
+            workdir.mkdir(parents=True)
             node = ClusterNode(port, workdir)
             node.start()
             cluster.nodes.append(node)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,7 +20,7 @@ from gateway.store import keys
 from gateway.store.base import Store
 from gateway.store.embedded import EmbeddedStore
 from gateway.store.redis_store import RedisStore
-from tests.cluster.redis_cluster import RedisCluster, running_cluster
+from tests.cluster.redis_cluster import RedisCluster
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
@@ -63,14 +63,6 @@ async def delete_prefix(prefix: str) -> None:
             await client.delete(name)
     finally:
         await client.aclose()
-
-
-@pytest.fixture(scope="session")
-def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
-    """A real 3-master Redis Cluster (with replicas) on loopback, for the whole session: the
-    contract suite runs on it as on a single Redis (issue 12, scale-out)."""
-    with running_cluster(tmp_path_factory.mktemp("redis-cluster")) as cluster:
-        yield cluster
 
 
 @pytest.fixture(params=["embedded", "redis", "cluster"])
