@@ -13,10 +13,14 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import redis
 
+from gateway.audit import iterate
+from gateway.settings import RedisStoreSettings
+from gateway.store.redis_store import RedisStore
 from tests.procs import Gateway
 
 BODY = {"model": "sim-model", "messages": [{"role": "user", "content": "still there?"}], "max_tokens": 3}
@@ -142,3 +146,12 @@ async def wait_ready(gateway: Gateway, within_s: float) -> float:
                     return time.monotonic() - started
             assert time.monotonic() - started < within_s, f"{gateway.url} not ready within {within_s} s"
             await asyncio.sleep(0.05)
+
+
+async def audited(server: PrivateRedis, prefix: str = "chaos") -> list[dict[str, Any]]:
+    """The audit chain in `server`, read the way `gateway audit verify` reads it."""
+    store = RedisStore(RedisStoreSettings(url=server.url, key_prefix=prefix, socket_timeout_s=5))
+    try:
+        return [r async for r in iterate(store)]
+    finally:
+        await store.aclose()

@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +16,7 @@ import pytest
 
 from gateway.cli.processes import Announced
 from gateway.store import keys
-from tests.chaos.redis_chaos import private_redis
+from tests.chaos.redis_chaos import audited, private_redis
 from tests.procs import deployment, gateway_config, running_gateway, start_sim
 
 pytestmark = pytest.mark.chaos
@@ -44,10 +47,11 @@ async def test_redis_down_for_2s_leaks_no_concurrency_lease(tmp_path: Path, slow
             started = asyncio.Event()
             begun = 0
 
-            async def stream(client: httpx.AsyncClient) -> int:
+            async def stream(client: httpx.AsyncClient, i: int) -> int:
                 nonlocal begun
                 url = f"{gateway.url}/v1/chat/completions"
-                async with client.stream("POST", url, json={**body, "stream": True}, headers=gateway.headers()) as r:
+                headers = {**gateway.headers(), "X-Request-Id": f"down-{i}"}
+                async with client.stream("POST", url, json={**body, "stream": True}, headers=headers) as r:
                     async for _ in r.aiter_bytes():
                         begun += 1
                         if begun >= STREAMS:
@@ -55,7 +59,7 @@ async def test_redis_down_for_2s_leaks_no_concurrency_lease(tmp_path: Path, slow
                     return r.status_code
 
             async with httpx.AsyncClient(timeout=15) as client:
-                streams = [asyncio.create_task(stream(client)) for _ in range(STREAMS)]
+                streams = [asyncio.create_task(stream(client, i)) for i in range(STREAMS)]
                 await asyncio.wait_for(started.wait(), timeout=10)
                 assert server.client().zcard(leases) == STREAMS  # every stream holds its lease
                 server.kill()  # the streams end while Redis is down: their settles fail
@@ -67,5 +71,20 @@ async def test_redis_down_for_2s_leaks_no_concurrency_lease(tmp_path: Path, slow
                 assert time.monotonic() - back < 15, "concurrency leases still held after Redis came back"
                 await asyncio.sleep(0.05)
             freed_after_s = time.monotonic() - back
+            while True:  # the records queued during the outage reach the chain by themselves
+                ids = Counter(r.get("request_id") for r in await audited(server))
+                if all(ids[f"down-{i}"] for i in range(STREAMS)):
+                    break
+                assert time.monotonic() - back < 15, "audit records of the outage never written"
+                await asyncio.sleep(0.1)
+            verify = await asyncio.to_thread(
+                subprocess.run,
+                [sys.executable, "-m", "gateway", "audit", "verify", "--config", str(gateway.config_path)],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
     assert statuses == [200] * STREAMS
+    assert [ids[f"down-{i}"] for i in range(STREAMS)] == [1] * STREAMS
+    assert verify.returncode == 0, verify.stdout + verify.stderr
     print(f"leases freed {freed_after_s:.2f} s after Redis came back")

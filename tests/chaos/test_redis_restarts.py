@@ -19,13 +19,10 @@ from typing import Any
 
 import pytest
 
-from gateway.audit import iterate
 from gateway.auth import new_secret
 from gateway.cli.processes import Announced
-from gateway.settings import RedisStoreSettings
 from gateway.store import keys
-from gateway.store.redis_store import RedisStore
-from tests.chaos.redis_chaos import PrivateRedis, Tally, private_redis, steady_load, wait_ready
+from tests.chaos.redis_chaos import PrivateRedis, Tally, audited, private_redis, steady_load, wait_ready
 from tests.procs import deployment, gateway_config, running_gateway
 
 pytestmark = pytest.mark.chaos
@@ -42,14 +39,6 @@ def config(sim: Announced, server: PrivateRedis) -> dict[str, Any]:
         quota={"on_store_error": "fail_open"},
         routing={"retry": {"max_attempts": 1}},
     )
-
-
-async def audited(server: PrivateRedis) -> list[dict[str, Any]]:
-    store = RedisStore(RedisStoreSettings(url=server.url, key_prefix=PREFIX, socket_timeout_s=5))
-    try:
-        return [r async for r in iterate(store)]
-    finally:
-        await store.aclose()
 
 
 async def test_redis_killed_and_restarted_under_load_loses_nothing(tmp_path: Path, sim_pair: list[Announced]) -> None:
