@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import traceback
 from collections.abc import Iterator, Sequence
 from importlib import resources
 from typing import Any
@@ -13,7 +14,7 @@ from typing import Any
 from redis.asyncio import Redis, RedisCluster
 from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 
 from gateway.errors import StoreNotReached, StoreUnavailable
 
@@ -98,9 +99,23 @@ def script(client: Client, name: str) -> Script:
 def unavailable(operation: str) -> Iterator[None]:
     try:
         yield
-    except (RedisError, OSError) as error:
+    except (RedisError, RedisClusterException, OSError) as error:
         kind = StoreNotReached if _before_sending(error) else StoreUnavailable
         raise kind(f"redis: {operation} failed: {error}") from error
+    except (RuntimeError, AttributeError) as error:
+        # During a cluster failover redis-py closes a node's connections while other calls are
+        # still writing to them, which surfaces as uvloop's RuntimeError ("the handler is closed")
+        # or AttributeError ("'NoneType' object has no attribute 'writelines'"): a lost connection
+        # like any other (seen as 500s in the failover drill). Only errors raised inside redis-py
+        # are translated: the same errors from the gateway's own code are bugs and stay bugs.
+        if not _raised_in_redis(error):
+            raise
+        raise StoreUnavailable(f"redis: {operation} failed: connection lost ({error!r})") from error
+
+
+def _raised_in_redis(error: BaseException) -> bool:
+    frames = traceback.walk_tb(error.__traceback__)
+    return any(frame.f_globals.get("__name__", "").startswith("redis.") for frame, _ in frames)
 
 
 def _before_sending(error: BaseException) -> bool:

@@ -95,6 +95,7 @@ def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
 class Tally:
     statuses: Counter[int] = field(default_factory=Counter)
     request_ids: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)  # what each non-answer looked like
 
     @property
     def total(self) -> int:
@@ -126,10 +127,17 @@ async def steady_load(
                         async with client.stream("POST", url, json={**BODY, "stream": True}, headers=headers) as r:
                             body = b"".join([part async for part in r.aiter_bytes()])
                             status = r.status_code if body.endswith(b"data: [DONE]\n\n") else 0
+                            if status == 0 or b'"error"' in body:
+                                tally.failures.append(f"{request_id}: {body[-300:]!r}")
+                                status = status if b'"error"' not in body else 0
                     else:
-                        status = (await client.post(url, json=BODY, headers=headers)).status_code
-                except httpx.HTTPError:
+                        reply = await client.post(url, json=BODY, headers=headers)
+                        status = reply.status_code
+                        if status != 200:
+                            tally.failures.append(f"{request_id}: {status} {reply.text[:300]}")
+                except httpx.HTTPError as error:
                     status = 0  # no answer at all: counted, and the scenario fails on it
+                    tally.failures.append(f"{request_id}: {error!r}")
                 tally.statuses[status] += 1
                 tally.request_ids.append(request_id)
 

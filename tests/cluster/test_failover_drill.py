@@ -82,7 +82,7 @@ async def test_a_master_killed_under_load_is_replaced_and_nothing_acknowledged_i
         f" audit_records_lost={len(missing)} duplicated={sum(1 for i in tally.request_ids if audited[i] > 1)}"
         f" verify_rc={verified.returncode}"
     )
-    assert tally.statuses == Counter({200: tally.total})
+    assert tally.statuses == Counter({200: tally.total}), tally.failures
     assert not missing, f"{len(missing)} answered requests have no audit record"
     assert all(audited[i] == 1 for i in tally.request_ids)
     assert verified.returncode == 0, verified.stdout + verified.stderr
