@@ -38,6 +38,7 @@ async def test_a_wiped_redis_makes_replicas_not_ready_and_audit_verify_report_th
                 if leftover.is_file():
                     leftover.unlink()
             server.start()
+            restarted = time.monotonic()
             deadline = time.monotonic() + 20
             async with httpx.AsyncClient(timeout=5) as client:
                 while True:
@@ -47,6 +48,7 @@ async def test_a_wiped_redis_makes_replicas_not_ready_and_audit_verify_report_th
                     assert time.monotonic() < deadline, readiness.text
                     await asyncio.sleep(0.1)
                 assert readiness.status_code == 503
+                detected_after = time.monotonic() - restarted
                 assert "epoch changed" in readiness.json()["store_error"]
                 deadline = time.monotonic() + 20
                 while not server.client().exists("chaos:{audit}:head"):  # the store_wiped record
@@ -59,6 +61,9 @@ async def test_a_wiped_redis_makes_replicas_not_ready_and_audit_verify_report_th
                 text=True,
                 timeout=60,
             )
+    print(
+        f"\nwipe: requests before={tally.total} {dict(tally.statuses)}, not ready {detected_after:.2f} s after restart"
+    )
     assert verify.returncode == 1
     assert "DISCONTINUITY" in verify.stderr
     assert "wiped" in verify.stderr
