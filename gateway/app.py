@@ -47,6 +47,7 @@ from gateway.sessions import AppendHistory, AssignSession, SessionManager
 from gateway.settings import OpenApiExposure, Settings
 from gateway.store.base import Store
 from gateway.store.factory import open_store
+from gateway.store_epoch import StoreEpoch
 from gateway.telemetry import Telemetry
 from gateway.tenancy import ModelTenancy
 from gateway.tool_policy import PolicyHolder, ToolPolicy
@@ -72,6 +73,9 @@ def build_audit_writer(settings: Settings, store: Store) -> AuditWriter:
         batch_size=audit.batch_size,
         flush_interval_s=audit.flush_interval_s,
         hmac_key=audit.hmac_key.encode(),
+        reserve_wait_s=audit.reserve_wait_s,
+        stuck_after_s=audit.stuck_after_s,
+        shutdown_wait_s=audit.shutdown_wait_s,
     )
 
 
@@ -100,6 +104,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
     deployments = [d for group in router.groups.values() for d in group.deployments]
     health = HealthMonitor(deployments, settings.routing.health)
     audit = build_audit_writer(settings, store)
+    epoch = StoreEpoch(store, audit)
     authenticator = build_authenticator(settings, store)
     keys = KeyService(store, audit, on_change=authenticator.forget)
     quota = Admit(store, settings.quota)
@@ -112,6 +117,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
     policies = PolicyHolder(settings.tools.policy_file)
     approvals = ApprovalService(store, audit, approval_secret(settings))
     telemetry.watch(router, quota)
+    telemetry.watch_audit(audit)
 
     active_releases = ActiveReleases()
     checkpoint_registry = (
@@ -153,6 +159,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
         health.start()
         policy_watch = asyncio.get_running_loop().create_task(policies.watch(settings.tools.reload_interval_s))
         release_watch = asyncio.get_running_loop().create_task(release_watcher.run())
+        epoch_watch = asyncio.get_running_loop().create_task(epoch.run())
         if sessions is not None:
             sessions.start_checkpoints()
         try:
@@ -160,6 +167,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
         finally:
             policy_watch.cancel()
             release_watch.cancel()
+            epoch_watch.cancel()
             await health.stop()
             if sessions is not None:
                 await sessions.stop()
@@ -193,7 +201,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
     app.router.routes.extend(openai_api.routes())
     if sessions is not None:
         app.router.routes.extend(SessionsApi(sessions, authenticator).routes())
-    app.router.routes.extend(HealthApi(router, store, settings.quota.on_store_error).routes())
+    app.router.routes.extend(HealthApi(router, store, audit, epoch).routes())
     app.router.routes.extend(MetricsApi(telemetry.registry).routes())
     app.include_router(build_admin_router(authenticator, keys, store, settings.audit.hmac_key.encode()))
     app.include_router(build_approvals_router(authenticator, approvals, policies))

@@ -147,6 +147,11 @@ class StoreUnavailable(GatewayError):
     code = "store_unavailable"
 
 
+class StoreNotReached(StoreUnavailable):
+    """The call never reached the store (no connection could be had): nothing of it was applied.
+    Any other StoreUnavailable may have been applied with its answer lost."""
+
+
 class InsufficientQuota(RateLimited):
     """A budget (daily tokens) is spent; OpenAI's code for that is distinct from a rate limit."""
 

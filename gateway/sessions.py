@@ -45,6 +45,8 @@ _VALID_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _PAGE = 500
 _TAIL_POLL_S = 0.05
 _KEEP_ALIVE_S = 10.0
+_MAX_BACKOFF_S = 2.0  # checkpoint retries against a store that is down: at least this often
+_LOG_EVERY_S = 10.0  # ... and a warning about it at most this often
 
 
 def session_id_from(headers: Mapping[str, str]) -> str:
@@ -97,6 +99,7 @@ class SessionManager:
         self._background: set[asyncio.Task[None]] = set()
         # Told (seconds, sessions) after each checkpoint write: telemetry records the latency.
         self.on_checkpoint: Callable[[float, int], None] | None = None
+        self.checkpoint_failures = 0  # attempts that found the store unavailable
 
     # --- a new streamed response ------------------------------------------------------------
     async def start(self, ctx: RequestContext, chunks: AsyncGenerator[Chunk, None]) -> LiveSession:
@@ -303,15 +306,29 @@ class SessionManager:
             await self.checkpoint_all()
 
     async def _checkpoint_loop(self) -> None:
+        # While the store is down, streams keep asking for checkpoints: retry with backoff instead
+        # of at every wakeup, and say so once per _LOG_EVERY_S (issue 12: ~250 warnings/s).
+        backoff, last_log = 0.0, -_LOG_EVERY_S
         while True:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._settings.checkpoint_interval_s):
-                    await self._wakeup.wait()
+            if backoff:
+                await asyncio.sleep(backoff)
+            else:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self._settings.checkpoint_interval_s):
+                        await self._wakeup.wait()
             self._wakeup.clear()
             try:
                 await self.checkpoint_all()
             except StoreUnavailable as error:
-                log.warning("session checkpoints delayed: %s", error)
+                self.checkpoint_failures += 1
+                backoff = min(max(self._settings.checkpoint_interval_s, backoff * 2), _MAX_BACKOFF_S)
+                if time.monotonic() - last_log >= _LOG_EVERY_S:
+                    last_log = time.monotonic()
+                    log.warning("session checkpoints delayed (retrying every %.1f s at most): %s", backoff, error)
+                continue
+            if backoff:
+                log.info("session checkpoints resumed")
+            backoff = 0.0
 
     async def checkpoint_all(self) -> None:
         """Write every live session's news in one store call; forget sessions fully written."""

@@ -204,6 +204,7 @@ class RedisStoreSettings(Frozen):
     key_prefix: str = "agw"
     socket_timeout_s: Seconds = 0.25
     connect_timeout_s: Seconds = 0.25
+    cluster: bool = Field(default=False, description="url names one node of a Redis Cluster (the rest are discovered)")
 
 
 class FailMode(StrEnum):
@@ -249,6 +250,9 @@ class AuditSettings(Frozen):
     # one record per interval counts them per source address and reason.
     refusal_interval_s: Seconds = 60.0
     refusal_max_sources: int = Field(default=1000, ge=1, description="more sources in an interval count as 'other'")
+    reserve_wait_s: Seconds = Field(default=5.0, description="a request waits this long for a full queue, then 503")
+    stuck_after_s: Seconds = Field(default=10.0, description="not ready when records cannot be written this long")
+    shutdown_wait_s: Seconds = Field(default=10.0, description="at shutdown, wait this long for the store")
 
 
 class DisconnectPolicy(StrEnum):
