@@ -43,7 +43,7 @@ from gateway.routing.deployment import Deployment
 from gateway.routing.health import HealthMonitor
 from gateway.routing.router import ModelGroup, Router
 from gateway.routing.strategies import STRATEGIES
-from gateway.sessions import AppendHistory, AssignSession, SessionManager
+from gateway.sessions import AppendHistory, AssignSession, ClaimSession, SessionManager
 from gateway.settings import Settings
 from gateway.store.base import Store
 from gateway.store.factory import open_store
@@ -127,7 +127,6 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
         quota,
         Meter(),
     ]
-    pipeline = compose(stages, Call(router))
     # Taking over a dead replica's session: the caller is authenticated by the resume request; the
     # regenerated answer still passes the tool policy and is metered like any other.
     takeover = compose(
@@ -138,6 +137,8 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
     sessions = SessionManager(store, settings.sessions, replica_id, takeover) if settings.sessions.enabled else None
     if sessions is not None:
         sessions.on_checkpoint = telemetry.record_checkpoint
+        stages.append(ClaimSession(sessions))  # last: the lease exists before the first upstream byte
+    pipeline = compose(stages, Call(router))
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

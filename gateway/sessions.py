@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import re
 import secrets
 import time
@@ -28,7 +29,7 @@ from typing import Any
 
 from gateway import sse
 from gateway.backends.base import Chunk
-from gateway.errors import GatewayError, InvalidRequest, NotFound, StoreUnavailable
+from gateway.errors import Conflict, GatewayError, InvalidRequest, NotFound, StoreUnavailable
 from gateway.pipeline import Handler, RequestContext
 from gateway.principal import Principal
 from gateway.session_log import SessionLog, content_of
@@ -44,6 +45,7 @@ _VALID_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _PAGE = 500
 _TAIL_POLL_S = 0.05
 _KEEP_ALIVE_S = 10.0
+_CLAIM_PATIENCE_S = 0.5
 
 
 def session_id_from(headers: Mapping[str, str]) -> str:
@@ -89,14 +91,62 @@ class SessionManager:
         # The caller pulled the first chunk already, so authentication has run: the state is
         # complete before the producer starts (a fast stream may finish before `started()` returns).
         assert ctx.principal is not None
-        live = LiveSession(ctx.principal.tenant, ctx.session_id or "", SessionLog(), _state_of(ctx, self._replica_id))
+        key = (ctx.principal.tenant, ctx.session_id or "")
+        live = self._live.get(key)
+        if live is None or live.state.get("completion_id") != ctx.completion_id or live.producer is not None:
+            live = LiveSession(key[0], key[1], SessionLog(), _state_of(ctx, self._replica_id))
         live.producer = asyncio.get_running_loop().create_task(self._produce(ctx, chunks, live))
         await live.log.started()
         if live.log.failure is not None:
             raise live.log.failure
-        self._live[(live.tenant, live.session_id)] = live
+        self._live[key] = live
         self._wakeup.set()
         return live
+
+    async def claim(self, ctx: RequestContext) -> LiveSession:
+        """Own the session before the first upstream byte: take its lease and save its state, so
+        that a client reconnecting to another replica follows this one instead of taking over.
+        Another live owner means the session is busy (409). With the store down the stream goes
+        on unowned, and the first checkpoint claims the lease before it saves the state."""
+        assert ctx.principal is not None
+        live = LiveSession(ctx.principal.tenant, ctx.session_id or "", SessionLog(), _state_of(ctx, self._replica_id))
+        try:
+            if not await self._claim_lease(live):
+                raise Conflict(
+                    f"session '{live.session_id}' is streaming an answer on another replica; "
+                    f"follow it with GET /v1/sessions/{live.session_id}/stream",
+                    param="X-Session-Id",
+                )
+            live.renewed_at = time.monotonic()
+            first = SessionCheckpoint(
+                live.tenant, live.session_id, self._settings.resume_ttl_s, live.state, replace_events=True
+            )
+            await self._store.session_checkpoint([first])
+            live.state_saved, live.fresh = True, False
+        except StoreUnavailable as error:
+            log.warning("session %s streams without a lease until the store answers: %s", live.session_id, error)
+            live.renewed_at = -math.inf
+        self._live[(live.tenant, live.session_id)] = live
+        return live
+
+    async def _claim_lease(self, live: LiveSession) -> bool:
+        # A client that read [DONE] may ask for its next answer before the owner's last checkpoint
+        # has let the lease go: wait that long (a few checkpoint intervals) before saying busy.
+        deadline = time.monotonic() + max(_CLAIM_PATIENCE_S, 3 * self._settings.checkpoint_interval_s)
+        while True:
+            ttl = self._settings.lease_ttl_s
+            if await self._store.session_claim(live.tenant, live.session_id, self._replica_id, ttl):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(_TAIL_POLL_S)
+
+    def unclaim(self, live: LiveSession) -> None:
+        """The request failed before its first event: the checkpointer marks the session done and
+        drops the lease."""
+        if live.producer is None and not live.log.closed:
+            live.log.close()
+            self._wakeup.set()
 
     async def _produce(self, ctx: RequestContext, chunks: AsyncGenerator[Chunk, None], live: LiveSession) -> None:
         renderer = ChunkRenderer(ctx.completion_id, ctx.created, ctx.model)
@@ -209,6 +259,12 @@ class SessionManager:
             if await self._store.session_claim(
                 principal.tenant, session_id, self._replica_id, self._settings.lease_ttl_s
             ):
+                # The owner may have finished (and let go) since the state was read: then the
+                # rest is in the store, and nothing is generated again.
+                state = await self._store.session_load(principal.tenant, session_id) or state
+                if state.get("status") != "streaming":
+                    await self._store.session_release(principal.tenant, session_id, self._replica_id)
+                    continue
                 live = await self._take_over(principal, session_id, state)
                 async for frame in self.frames(live, seq):
                     yield frame
@@ -366,6 +422,26 @@ class AssignSession:
         async with contextlib.aclosing(call_next(ctx)) as chunks:
             async for chunk in chunks:
                 yield chunk
+
+
+class ClaimSession:
+    """The pipeline stage, just before the call, that makes a streamed response's replica the
+    session's owner before anything is asked of a backend (see `SessionManager.claim`)."""
+
+    def __init__(self, sessions: SessionManager) -> None:
+        self._sessions = sessions
+
+    async def __call__(self, ctx: RequestContext, call_next: Handler) -> AsyncGenerator[Chunk, None]:
+        live = await self._sessions.claim(ctx) if ctx.stream and ctx.principal is not None else None
+        produced = False
+        try:
+            async with contextlib.aclosing(call_next(ctx)) as chunks:
+                async for chunk in chunks:
+                    produced = True
+                    yield chunk
+        finally:
+            if live is not None and not produced:
+                self._sessions.unclaim(live)
 
 
 class AppendHistory:

@@ -1,0 +1,113 @@
+"""Replica loss and reconnects across replicas: exactly one generation per session, and the
+request's audit record and usage are whole whichever replica finishes it."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from gateway.cli.processes import Announced
+from tests.chaos.replicas import Replicas, parse, replicas_on_redis, resume, text_of
+from tests.procs import Gateway, deployment, gateway_config, served_count, start_sim
+
+pytestmark = pytest.mark.chaos
+
+MAX_TOKENS = 60
+BODY = {
+    "model": "sim-model",
+    "messages": [{"role": "user", "content": "an answer worth resuming"}],
+    "max_tokens": MAX_TOKENS,
+    "stream": True,
+    "stream_options": {"include_usage": True},
+}
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[Announced]:
+    process = start_sim("--tpot-ms", "20")
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+def expected(sim: Announced) -> tuple[str, dict[str, Any]]:
+    reply = httpx.post(f"{sim.url}/v1/chat/completions", json={**BODY, "stream": False}, timeout=10).json()
+    return str(reply["choices"][0]["message"]["content"]), reply["usage"]
+
+
+def read_then_drop(gateway: Gateway, session_id: str, request_id: str, keep: int) -> list[tuple[int | None, Any]]:
+    """Read `keep` events of a new stream, then drop the connection (the replica goes on)."""
+    lines: list[str] = []
+    headers = {**gateway.headers(), "X-Session-Id": session_id, "X-Request-Id": request_id}
+    with httpx.stream("POST", f"{gateway.url}/v1/chat/completions", json=BODY, headers=headers, timeout=30) as reply:
+        assert reply.status_code == 200
+        for line in reply.iter_lines():
+            lines.append(line)
+            if len(parse(lines)) == keep:
+                break
+    return parse(lines)
+
+
+def wait_for_records(group: Replicas, request_ids: set[str], deadline_s: float = 20.0) -> list[dict[str, Any]]:
+    """The request records of `request_ids`, once each has one (the writer flushes in batches)."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        records = [r for r in group.audit() if r["request_id"] in request_ids]
+        if {r["request_id"] for r in records} == request_ids or time.monotonic() > deadline:
+            return records
+        time.sleep(0.1)
+
+
+def assert_nothing_lost(group: Replicas, request_ids: set[str], text: str, usage: dict[str, Any]) -> None:
+    records = wait_for_records(group, request_ids)
+    assert sorted(r["request_id"] for r in records) == sorted(request_ids)  # one each, none missing
+    for record in records:
+        assert record["status"] == 200, record
+        assert record["completion_tokens"] >= usage["completion_tokens"], record
+    assert group.verify()["ok"]
+
+
+@pytest.mark.parametrize("keep", [1, 2, 5])
+def test_reconnecting_to_another_replica_while_the_owner_lives_never_generates_twice(
+    tmp_path: Path, sim: Announced, keep: int
+) -> None:
+    text, usage = expected(sim)
+    config = gateway_config(deployment("a", sim))
+    with replicas_on_redis(tmp_path, config) as group:
+        owner, other = group.live
+        before = served_count(sim)
+        request_ids = set()
+        for _ in range(3):
+            session_id, request_id = f"s-{uuid.uuid4().hex[:8]}", f"r-{uuid.uuid4().hex[:8]}"
+            request_ids.add(request_id)
+            seen = read_then_drop(owner, session_id, request_id, keep)
+            rest = resume(other, session_id, int(seen[-1][0] or 0))
+            assert [s for s, _ in seen + rest] == list(range(1, len(seen) + len(rest) + 1))
+            assert text_of(seen + rest) == text
+        assert served_count(sim) - before == 3  # one generation per session
+        assert_nothing_lost(group, request_ids, text, usage)
+
+
+def test_a_new_answer_for_a_session_streaming_on_another_replica_is_409(tmp_path: Path, sim: Announced) -> None:
+    config = gateway_config(deployment("a", sim))
+    with replicas_on_redis(tmp_path, config) as group:
+        owner, other = group.live
+        session_id = f"s-{uuid.uuid4().hex[:8]}"
+        headers = {**owner.headers(), "X-Session-Id": session_id}
+        url = "/v1/chat/completions"
+        with httpx.stream("POST", f"{owner.url}{url}", json=BODY, headers=headers, timeout=30) as first:
+            assert first.status_code == 200
+            busy = httpx.post(f"{other.url}{url}", json=BODY, headers=headers, timeout=30)
+            assert busy.status_code == 409, busy.text
+            assert busy.json()["error"]["param"] == "X-Session-Id"
+            assert text_of(parse(list(first.iter_lines())))
+        # Once the owner is done, any replica may start the session's next answer at once.
+        after = httpx.post(f"{other.url}{url}", json=BODY, headers=headers, timeout=30)
+        assert after.status_code == 200, after.text
