@@ -17,6 +17,7 @@ place that turns them into responses.
     │   └── InsufficientQuota       429  insufficient_quota (a token budget is spent)
     ├── NoDeploymentAvailable       503  service_unavailable (every deployment open, unhealthy or full)
     ├── StoreUnavailable            503  service_unavailable (Redis or the SQLite file cannot be reached)
+    ├── DeadlineExceeded            504  timeout_error      (no first output within routing.deadline_s)
     └── UpstreamError               502  upstream_error     (one failed attempt at one deployment)
         ├── UpstreamConnectError         could not connect
         ├── UpstreamTimeout         504  connect / first-token / stall timeout
@@ -131,6 +132,14 @@ class StoreUnavailable(GatewayError):
     status = 503
     type = "service_unavailable"
     code = "store_unavailable"
+
+
+class DeadlineExceeded(GatewayError):
+    """No deployment produced output within the request's deadline, over all its attempts."""
+
+    status = 504
+    type = "timeout_error"
+    code = "deadline_exceeded"
 
 
 class InsufficientQuota(RateLimited):

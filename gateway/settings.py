@@ -158,6 +158,9 @@ class RetrySettings(Frozen):
 
 class RoutingSettings(Frozen):
     strategy: Strategy = Strategy.PRIORITY
+    # Bounds the wait for an answer's first output over every attempt and backoff (and again for
+    # each mid-stream hand-over's first output); 504 deadline_exceeded when it passes.
+    deadline_s: Seconds = Field(default=30.0, description="time to the first output, across all attempts")
     max_failovers: int = Field(default=2, ge=0, description="mid-stream hand-overs in one response")
     retry: RetrySettings = RetrySettings()
     breaker: BreakerSettings = BreakerSettings()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -37,6 +38,21 @@ class Replicas:
         self.live.append(gateway)
         return gateway
 
+    def use_key(self, **fields: Any) -> str:
+        """A new chat key (limits in `fields`) that every replica's `headers()` then sends."""
+        secret = self.live[0].create_key(**fields)[1]
+        for gateway in self.live:
+            gateway.key = secret
+        return secret
+
+    def remaining_requests(self) -> int:
+        """The key's RPM left, as a fresh request is told it (that request counts too)."""
+        gateway = self.live[0]
+        body = {"model": "sim-model", "messages": [{"role": "user", "content": "count"}], "max_tokens": 1}
+        reply = httpx.post(f"{gateway.url}/v1/chat/completions", json=body, headers=gateway.headers(), timeout=30)
+        assert reply.status_code == 200, reply.text
+        return int(reply.headers["x-ratelimit-remaining-requests"])
+
     def kill(self, gateway: Gateway) -> None:
         os.kill(gateway.process.process.pid, signal.SIGKILL)
         gateway.process.process.wait(10)
@@ -66,6 +82,16 @@ class Replicas:
         reply.raise_for_status()
         verdict: dict[str, Any] = reply.json()
         return verdict
+
+
+@contextlib.contextmanager
+def black_hole() -> Iterator[str]:
+    """The URL of a server that accepts connections (the kernel completes the handshake) and
+    never answers."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(64)
+        yield f"http://127.0.0.1:{server.getsockname()[1]}"
 
 
 @contextlib.contextmanager
