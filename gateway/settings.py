@@ -140,8 +140,9 @@ class HealthSettings(Frozen):
 class SlowDetectionSettings(Frozen):
     """Passive detection of deployments that are alive but slow."""
 
-    factor: float = Field(default=1.4, gt=1.0, description="EWMA above factor x peers' median")
+    factor: float = Field(default=1.4, gt=1.0, description="EWMA above factor x peers' median or its own baseline")
     alpha: float = Field(default=0.2, gt=0, le=1)
+    baseline_alpha: float = Field(default=0.02, gt=0, le=1, description="the slow EWMA a deployment is compared with")
     min_samples: int = Field(default=5, ge=1)
     cooldown_s: Seconds = 30.0
     # Ratios of tiny numbers are noise: a deployment is slow only if it is also this much slower.

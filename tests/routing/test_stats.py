@@ -47,3 +47,20 @@ def test_degraded_deployment_is_measured_afresh_after_cooldown() -> None:
     stats[1].end_probation_if_due()
     assert not stats[1].degraded
     assert stats[1].ttft.samples == 0
+
+
+def test_the_only_deployment_with_traffic_is_judged_against_its_own_baseline() -> None:
+    primary, idle_peer = LatencyStats(SETTINGS.alpha), LatencyStats(SETTINGS.alpha)
+    for _ in range(20):
+        primary.record(0.2, 0.02)
+    assert find_slow([primary, idle_peer], SETTINGS) == []
+    for _ in range(SETTINGS.min_samples):
+        primary.record(0.6, 0.06)
+    assert find_slow([primary, idle_peer], SETTINGS) == [0]
+
+
+def test_a_steady_deployment_is_not_slow_against_its_own_baseline() -> None:
+    lone = LatencyStats(SETTINGS.alpha)
+    for sample in [0.2, 0.22, 0.19, 0.21, 0.2] * 10:
+        lone.record(sample, sample / 10)
+        assert find_slow([lone], SETTINGS) == []
