@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway import sse
-from gateway.backends.base import Chunk
+from gateway.backends.base import Chunk, Usage
 from gateway.errors import Conflict, GatewayError, InvalidRequest, NotFound, StoreUnavailable
 from gateway.pipeline import Handler, RequestContext
 from gateway.principal import Principal
@@ -272,12 +272,14 @@ class SessionManager:
             await asyncio.sleep(_TAIL_POLL_S)  # the owner is alive: follow its checkpoints
 
     async def _take_over(self, principal: Principal, session_id: str, state: dict[str, Any]) -> LiveSession:
-        """Continue a dead replica's response from its checkpointed text."""
+        """Continue a dead replica's response from its checkpointed text, as the same request: its
+        audit record (under the client's request id) and usage cover the whole answer, and its
+        quota reservation is settled rather than a second one taken (as after a backend failover)."""
         recorded = await self._all_events(principal.tenant, session_id)
         text = "".join(content_of(payload) for _, payload in recorded)
         chunks_sent = sum(1 for _, payload in recorded if content_of(payload))
         ctx = RequestContext(
-            request_id=f"takeover-{secrets.token_hex(6)}",
+            request_id=state.get("request_id") or f"takeover-{secrets.token_hex(6)}",
             completion_id=state["completion_id"],
             created=state["created"],
             model=state["model"],
@@ -290,6 +292,10 @@ class SessionManager:
             resume=(text, chunks_sent) if recorded else None,
             release=state.get("release"),
             deployments=frozenset(state["deployments"]) if state.get("deployments") else None,
+            quota_hold=state.get("quota"),
+            # What the dead replica generated counts, though its usage never arrived.
+            usage=Usage(completion_tokens=chunks_sent, total_tokens=chunks_sent),
+            completion_text=[text] if text else [],
         )
         log_ = SessionLog()
         log_.extend(recorded)
@@ -396,6 +402,8 @@ class SessionManager:
 
 def _state_of(ctx: RequestContext, owner: str) -> dict[str, Any]:
     return {
+        "request_id": ctx.request_id,
+        "quota": ctx.quota_hold,
         "model": ctx.model,
         "body": ctx.body,
         "completion_id": ctx.completion_id,

@@ -3,6 +3,7 @@ request's audit record and usage are whole whichever replica finishes it."""
 
 from __future__ import annotations
 
+import hashlib
 import time
 import uuid
 from collections.abc import Iterator
@@ -13,12 +14,13 @@ import httpx
 import pytest
 
 from gateway.cli.processes import Announced
-from tests.chaos.replicas import Replicas, parse, replicas_on_redis, resume, text_of
+from tests.chaos.replicas import Replicas, parse, replicas_on_redis, resume, text_of, usage_of
 from tests.procs import Gateway, deployment, gateway_config, served_count, start_sim
 
 pytestmark = pytest.mark.chaos
 
 MAX_TOKENS = 60
+RPM = 1000
 BODY = {
     "model": "sim-model",
     "messages": [{"role": "user", "content": "an answer worth resuming"}],
@@ -111,3 +113,59 @@ def test_a_new_answer_for_a_session_streaming_on_another_replica_is_409(tmp_path
         # Once the owner is done, any replica may start the session's next answer at once.
         after = httpx.post(f"{other.url}{url}", json=BODY, headers=headers, timeout=30)
         assert after.status_code == 200, after.text
+
+
+def kill_after(group: Replicas, gateway: Gateway, session_id: str, request_id: str, keep: int) -> list[Any]:
+    """Read `keep` events of a new stream, then SIGKILL the replica that serves it."""
+    lines: list[str] = []
+    headers = {**gateway.headers(), "X-Session-Id": session_id, "X-Request-Id": request_id}
+    with httpx.stream("POST", f"{gateway.url}/v1/chat/completions", json=BODY, headers=headers, timeout=30) as reply:
+        assert reply.status_code == 200
+        for line in reply.iter_lines():
+            lines.append(line)
+            if len(parse(lines)) == keep:
+                group.kill(gateway)
+                break
+    return parse(lines)
+
+
+KILL_CONFIG = {"sessions": {"lease_ttl_s": 1.0, "checkpoint_interval_s": 0.05, "checkpoint_every_events": 4}}
+
+
+def test_replica_sigkilled_at_several_points_loses_nothing(tmp_path: Path, sim: Announced) -> None:
+    """Killed at the first event (well inside the first second), early and late in the stream:
+    another replica finishes each answer once, under the client's request id, with whole usage,
+    and the dead replica's quota reservation is settled instead of a second one being taken."""
+    text, usage = expected(sim)
+    config = gateway_config(deployment("a", sim), **KILL_CONFIG)
+    with replicas_on_redis(tmp_path, config) as group:
+        group.use_key(rpm=RPM, max_concurrency=1)
+        before = served_count(sim)
+        request_ids = set()
+        points = (1, 2, 8, 40)
+        for keep in points:
+            owner, other = group.live
+            session_id, request_id = f"s-{uuid.uuid4().hex[:8]}", f"r-{uuid.uuid4().hex[:8]}"
+            request_ids.add(request_id)
+            started = time.monotonic()
+            seen = kill_after(group, owner, session_id, request_id, keep)
+            rest = resume(other, session_id, int(seen[-1][0] or 0))
+            print(f"killed after {keep} events: resumed in {time.monotonic() - started:.2f}s")
+            events = seen + rest
+            assert [s for s, _ in events] == list(range(1, len(events) + 1))
+            assert text_of(events) == text
+            client_usage = usage_of(events)
+            assert client_usage is not None
+            assert client_usage["completion_tokens"] >= usage["completion_tokens"]
+            group.start()  # a replacement replica
+        # One generation per session, and one continuation of it by the replica that took over.
+        assert served_count(sim) - before == 2 * len(points)
+        records = wait_for_records(group, request_ids)
+        assert sorted(r["request_id"] for r in records) == sorted(request_ids)
+        for record in records:
+            assert record["status"] == 200, record
+            assert record["completion_tokens"] >= usage["completion_tokens"], record
+            assert record["completion_sha256"] == hashlib.sha256(text.encode()).hexdigest()
+        assert group.verify()["ok"]
+        # Each request counted once, and no concurrency slot left with a dead replica.
+        assert group.remaining_requests() == RPM - len(points) - 1
