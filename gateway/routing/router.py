@@ -68,8 +68,6 @@ class ModelGroup:
 
     def plan(self, rng: random.Random) -> list[Deployment]:
         """Deployments to try, best first; empty if every one is open or full."""
-        for deployment in self.deployments:
-            deployment.stats.end_probation_if_due()
         by_kind: dict[Availability, list[Deployment]] = {}
         for deployment in self.deployments:
             by_kind.setdefault(deployment.availability(), []).append(deployment)

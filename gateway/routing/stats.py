@@ -46,6 +46,10 @@ class LatencyStats:
 
     @property
     def degraded(self) -> bool:
+        # Probation ends on any read, not only when a request is planned: otherwise a peer's
+        # finished request could judge this deployment again on the numbers it was degraded
+        # for, and keep it degraded, cooldown after cooldown, without it serving anything.
+        self.end_probation_if_due()
         return self._clock() < self.degraded_until
 
     def record(self, ttft_s: float, tpot_s: float | None) -> None:
@@ -59,7 +63,7 @@ class LatencyStats:
         self.degraded_until = self._clock() + cooldown_s
 
     def end_probation_if_due(self) -> None:
-        if self.degraded_until and not self.degraded:
+        if self.degraded_until and self._clock() >= self.degraded_until:
             self.degraded_until = 0.0
             self.ttft.reset()
             self.tpot.reset()
