@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator
 from fastapi import FastAPI
 from fastapi.telemetry import TelemetryConfig
 
+from gateway.admission import RetryDiscipline
 from gateway.approvals import ApprovalService
 from gateway.audit import AuditWriter
 from gateway.audit_records import AuditRequests
@@ -118,6 +119,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
         TraceRequests(telemetry, model_names),  # outermost: refusals are traced and counted too
         audit_requests,  # refusals are recorded too
         Authenticate(authenticator),
+        RetryDiscipline(settings.quota.refuse_early_retries),  # a 429 anywhere below tells the key to wait
         AssignSession(),
         ParseRequest(settings.server.max_body_bytes),
         AppendHistory(store),

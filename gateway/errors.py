@@ -14,7 +14,8 @@ place that turns them into responses.
     │   └── ModelNotFound           404
     ├── Conflict                    409  conflict           (an approval already decided)
     ├── RateLimited                 429  rate_limit_error   (Retry-After)
-    │   └── InsufficientQuota       429  insufficient_quota (a token budget is spent)
+    │   ├── InsufficientQuota       429  insufficient_quota (a token budget is spent)
+    │   └── RetryTooEarly           429  retry_too_early    (admission.py: retried before Retry-After)
     ├── NoDeploymentAvailable       503  service_unavailable (every deployment open, unhealthy or full)
     ├── StoreUnavailable            503  service_unavailable (Redis or the SQLite file cannot be reached)
     ├── DeadlineExceeded            504  timeout_error      (no first output within routing.deadline_s)
@@ -111,6 +112,12 @@ class RateLimited(GatewayError):
 
     def headers(self) -> dict[str, str]:
         return {**self.extra_headers, "Retry-After": str(max(1, math.ceil(self.retry_after_s)))}
+
+
+class RetryTooEarly(RateLimited):
+    """This key was told to wait (Retry-After) and came back sooner: refused without a chance."""
+
+    code = "retry_too_early"
 
 
 class NoDeploymentAvailable(GatewayError):
