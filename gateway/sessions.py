@@ -7,7 +7,9 @@ connection loses nothing: generation goes on (or stops, per `on_client_disconnec
 
 The checkpointer copies each live log to the store every `checkpoint_every_events` events or
 `checkpoint_interval_s` (whichever comes first), off the request path, and renews the replica's
-lease on the session. Trade-off: a replica that dies loses at most the events of the last
+lease on the session; the lease itself is taken, and the state saved, before the backend is
+asked for anything (`ClaimSession`), so no other replica can take over a live stream however
+early a client reconnects. Trade-off: a replica that dies loses at most the events of the last
 interval. Another replica that a client reconnects to finds the checkpoint, waits for the lease
 to lapse, takes the session over, and continues generation from the checkpointed text with the
 same continuation mechanism as a backend failover; the events it regenerates get the same

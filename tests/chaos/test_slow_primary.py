@@ -2,8 +2,10 @@
 strategy, also when it is the only deployment with traffic (`priority`): it is compared with its
 own baseline, not only with its peers' live traffic.
 
-Stated bound: drained within DRAIN_BOUND requests of the fault (the EWMA needs `min_samples`
-slow answers plus a few more to cross `factor` x the baseline)."""
+Stated bound: drained after at most DRAIN_BOUND slow answers from the primary (the EWMA needs a
+few slow answers to cross `factor` x the baseline or the peers' median; the first request after
+the fault is at most `min_samples` answers into a fresh measurement). The time this took is printed
+(figures in the README's Operations section)."""
 
 from __future__ import annotations
 
@@ -22,8 +24,9 @@ pytestmark = pytest.mark.chaos
 
 BODY = {"model": "sim-model", "messages": [{"role": "user", "content": "steady work"}], "max_tokens": 10}
 WARM_UP = 10
-DRAIN_BOUND = 15
-QUIET = 5  # drained: this many requests in a row without one reaching the primary
+DRAIN_BOUND = 8
+QUIET = 5
+MAX_SENT = 60
 RPM = 1000
 
 
@@ -62,18 +65,27 @@ def test_a_slow_primary_is_drained(tmp_path: Path, sims: list[Announced], strate
         for _ in range(WARM_UP):
             ask(group)
         set_faults(primary, slow=3)
-        started, quiet, sent = time.monotonic(), 0, 0
-        while quiet < QUIET and sent < DRAIN_BOUND + QUIET:
+        started, quiet, sent, slow_answers = time.monotonic(), 0, 0, 0
+        # Drained: marked degraded, or (lowest_latency, whose order moves traffic off by itself
+        # before min_samples) QUIET requests in a row that did not reach it. Random orders may
+        # pass the primary over for a while, so the bound is on the slow answers it served.
+        while sent < MAX_SENT:
             before = served_count(primary)
             ask(group)
             sent += 1
-            quiet = quiet + 1 if served_count(primary) == before else 0
-        drained_after = sent - quiet
-        print(f"{strategy}: drained after {drained_after} requests, {time.monotonic() - started:.2f}s")
-        assert quiet == QUIET, f"{strategy}: the slow primary still had traffic after {sent} requests"
-        assert drained_after <= DRAIN_BOUND
-        if strategy != "lowest_latency":  # that order itself moves traffic off before min_samples
-            assert availability(group, "a") == "degraded"
+            reached = served_count(primary) > before
+            slow_answers += reached
+            quiet = 0 if reached else quiet + 1
+            if availability(group, "a") == "degraded" or (strategy == "lowest_latency" and quiet == QUIET):
+                break
+        took = time.monotonic() - started
+        print(f"{strategy}: drained after {slow_answers} slow answers ({sent} requests), {took:.2f}s")
+        assert slow_answers <= DRAIN_BOUND, f"{strategy}: {slow_answers} slow answers, still not drained"
+        before = served_count(primary)
+        for _ in range(QUIET):
+            ask(group)
+        assert served_count(primary) == before, f"{strategy}: the slow primary still gets traffic"
+        sent += QUIET
         records = group.audit()
         assert len(records) == WARM_UP + sent
         assert all(r["status"] == 200 for r in records)
