@@ -83,6 +83,7 @@ def test_reconnecting_to_another_replica_while_the_owner_lives_never_generates_t
     text, usage = expected(sim)
     config = gateway_config(deployment("a", sim))
     with replicas_on_redis(tmp_path, config) as group:
+        group.use_key(rpm=RPM, max_concurrency=3)
         owner, other = group.live
         before = served_count(sim)
         request_ids = set()
@@ -95,6 +96,7 @@ def test_reconnecting_to_another_replica_while_the_owner_lives_never_generates_t
             assert text_of(seen + rest) == text
         assert served_count(sim) - before == 3  # one generation per session
         assert_nothing_lost(group, request_ids, text, usage)
+        assert group.remaining_requests() == RPM - 3 - 1
 
 
 def test_a_new_answer_for_a_session_streaming_on_another_replica_is_409(tmp_path: Path, sim: Announced) -> None:
