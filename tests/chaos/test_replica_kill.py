@@ -15,7 +15,7 @@ import pytest
 
 from gateway.cli.processes import Announced
 from tests.chaos.replicas import Replicas, parse, replicas_on_redis, resume, text_of, usage_of
-from tests.procs import Gateway, deployment, gateway_config, served_count, start_sim
+from tests.procs import Gateway, deployment, gateway_config, running_gateway, served_count, start_redis, start_sim
 
 pytestmark = pytest.mark.chaos
 
@@ -171,3 +171,22 @@ def test_replica_sigkilled_at_several_points_loses_nothing(tmp_path: Path, sim: 
         assert group.verify()["ok"]
         # Each request counted once, and no concurrency slot left with a dead replica.
         assert group.remaining_requests() == RPM - len(points) - 1
+
+
+def test_a_stream_still_starts_while_the_store_is_down(tmp_path: Path, sim: Announced) -> None:
+    """The lease cannot be taken then: the answer streams unowned (fail_open), rather than 503."""
+    text, _ = expected(sim)
+    server = start_redis()
+    try:
+        store = {"kind": "redis", "url": server.url, "socket_timeout_s": 0.2, "connect_timeout_s": 0.2}
+        config = gateway_config(deployment("a", sim), store=store, quota={"on_store_error": "fail_open"})
+        with running_gateway(tmp_path, config) as gateway:
+            warm = httpx.post(f"{gateway.url}/v1/chat/completions", json=BODY, headers=gateway.headers(), timeout=30)
+            assert warm.status_code == 200  # the key is now in the replica's cache
+            server.kill()
+            headers = {**gateway.headers(), "X-Session-Id": f"s-{uuid.uuid4().hex[:8]}"}
+            reply = httpx.post(f"{gateway.url}/v1/chat/completions", json=BODY, headers=headers, timeout=30)
+            assert reply.status_code == 200, reply.text
+            assert text_of(parse(reply.text.splitlines())) == text
+    finally:
+        server.kill()
