@@ -143,7 +143,7 @@ class HealthSettings(Frozen):
 class SlowDetectionSettings(Frozen):
     """Passive detection of deployments that are alive but slow."""
 
-    factor: float = Field(default=1.4, gt=1.0, description="EWMA above factor x peers' median or its own baseline")
+    factor: float = Field(default=1.4, gt=1.0, description="EWMA above factor x peers' median (or own baseline)")
     alpha: float = Field(default=0.2, gt=0, le=1)
     baseline_alpha: float = Field(default=0.02, gt=0, le=1, description="the slow EWMA a deployment is compared with")
     min_samples: int = Field(default=5, ge=1)
