@@ -5,10 +5,12 @@ Without this, a client that retries 10 ms after a 429 meets every freed slot (of
 gets several times its answers. So when a request of an API key is refused with a 429, the key
 may not be admitted again before the Retry-After it was sent: a retry before then is refused at
 once (429 `retry_too_early`, with the time still to wait) and never competes for capacity or
-quota. The penalty is exactly that: the wait is not extended, so a client that retries early
-simply gets nothing more than one that waited. It is per replica (replicas do not share it),
-which is enough when a client's retries reach the replica that refused it, and harmless when
-they do not.
+quota. And it is penalised: the wait the key was told starts again from that early retry. Only
+refusing is not enough: a client polling every 10 ms arrives the instant the wait ends, while a
+client that waits as told arrives a round trip later (`bench/fairness.py` measured 2x the answers
+for the pollers). With the penalty a key that keeps retrying early keeps being refused until it
+waits as told. It is per replica (replicas do not share it), which is enough when a client's
+retries reach the replica that refused it, and harmless when they do not.
 """
 
 from __future__ import annotations
@@ -33,32 +35,36 @@ class RetryDiscipline:
     def __init__(self, enabled: bool = True, clock: Callable[[], float] = time.monotonic) -> None:
         self._enabled = enabled
         self._clock = clock
-        self._not_before: dict[str, float] = {}  # key id -> when it may be admitted again
+        self._not_before: dict[str, tuple[float, float]] = {}  # key id -> (admitted again from, wait told)
         self.refused = 0
 
     def check(self, key_id: str) -> None:
         """Refuse a request of `key_id` that comes before its Retry-After."""
-        until = self._not_before.get(key_id)
-        if until is None:
+        entry = self._not_before.get(key_id)
+        if entry is None:
             return
-        wait = until - self._clock()
-        if wait <= 0:
+        until, wait = entry
+        now = self._clock()
+        if now >= until:
             del self._not_before[key_id]
             return
         self.refused += 1
+        self._not_before[key_id] = (now + wait, wait)  # the penalty: the wait starts again
         raise RetryTooEarly(
-            f"Retried {wait:.1f}s before the Retry-After this key was given; wait, then retry",
+            f"Retried {until - now:.1f}s before the Retry-After this key was given; "
+            f"retrying early starts the {wait:g}s wait again",
             retry_after_s=wait,
         )
 
     def told_to_wait(self, key_id: str, seconds: float) -> None:
         # What the client was told: Retry-After is whole seconds, rounded up.
-        until = self._clock() + max(1, math.ceil(seconds))
+        wait = float(max(1, math.ceil(seconds)))
+        now = self._clock()
         if len(self._not_before) >= _MAX_KEYS:
-            now = self._clock()
-            self._not_before = {k: t for k, t in self._not_before.items() if t > now}
+            self._not_before = {k: e for k, e in self._not_before.items() if e[0] > now}
         if len(self._not_before) < _MAX_KEYS:
-            self._not_before[key_id] = max(until, self._not_before.get(key_id, 0.0))
+            current = self._not_before.get(key_id, (0.0, 0.0))
+            self._not_before[key_id] = max(current, (now + wait, wait))
 
     async def __call__(self, ctx: RequestContext, call_next: Handler) -> AsyncGenerator[Chunk, None]:
         key_id = ctx.principal.key_id if self._enabled and ctx.principal is not None else None
