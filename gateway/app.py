@@ -88,7 +88,8 @@ def build_authenticator(settings: Settings, store: Store) -> Authenticator:
 def approval_secret(settings: Settings) -> bytes:
     if settings.tools.approval_secret:
         return settings.tools.approval_secret.encode()
-    log.warning("tools.approval_secret is not set: approval tokens verify only against this process")
+    if settings.tools.policy_file is not None:  # no policy, no tools, no tokens: nothing to warn about
+        log.warning("tools.approval_secret is not set: approval tokens verify only against this process")
     return secrets.token_bytes(32)
 
 

@@ -381,12 +381,20 @@ def parse_settings(raw: Any, env: Mapping[str, str] | None = None) -> Settings:
 
 
 def load_settings(path: Path, env: Mapping[str, str] | None = None) -> Settings:
+    """Problems with the file as a whole have no key path (callers name the file once)."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigError([f"{path}: {exc.strerror or exc}"]) from None
+        raise ConfigError([str(exc.strerror or exc)]) from None
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError([f"{path}: not valid YAML: {exc}"]) from None
+        raise ConfigError([_yaml_problem(exc)]) from None
     return parse_settings(raw, env)
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    problem = getattr(exc, "problem", None)
+    return f"not valid YAML{where}: {problem or exc}"

@@ -42,6 +42,14 @@ from policies import (
 
 log = logging.getLogger(__name__)
 APPROVAL_HEADER = "x-approval-id"
+TOOLS_REMOVED_HEADER = "X-Tools-Removed"
+
+
+def _header_value(names: list[str]) -> str:
+    """Tool names as one header value: a name is the client's text, so printable ASCII only."""
+    shown = ["".join(c if " " <= c <= "~" else "?" for c in name[:64]) for name in names[:32]]
+    more = len(names) - len(shown)
+    return ", ".join(shown) + (f" and {more} more" if more else "")
 
 
 class PolicyHolder:
@@ -118,6 +126,14 @@ class ToolPolicy:
             kept, removed = engine.filter_tools(policy, body["tools"])
             if removed and policy is not None and policy.on_forbidden_tools is OnForbidden.REJECT:
                 raise PermissionDenied(f"this key may not use the tools: {', '.join(removed)}")
+            if removed:  # deny by default, but never silently
+                ctx.response_headers[TOOLS_REMOVED_HEADER] = _header_value(removed)
+                log.debug(
+                    "tools removed from the request (%s): %s",
+                    "no tool policy applies to this key" if policy is None else "not in its tool policy",
+                    ", ".join(removed),
+                    extra={"tools_removed": removed},
+                )
             body = {k: v for k, v in body.items() if k not in ("tools", "tool_choice")}
             if kept:
                 body["tools"] = kept

@@ -279,7 +279,9 @@ class ReleaseService:
         for entry in await self._store.release_history(model, 100):
             if entry.get("to") == active and entry.get("from"):
                 return str(entry["from"])
-        raise InvalidRequest(f"{model} has no earlier release to roll back to; name one with to_version")
+        raise InvalidRequest(
+            f'{model} has no earlier release to roll back to; name the release (--to on the CLI, "version" over HTTP)'
+        )
 
     async def _release(self, model: str, version: str) -> dict[str, Any]:
         self._group(model)
