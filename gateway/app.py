@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator
 from fastapi import FastAPI
 from fastapi.telemetry import TelemetryConfig
 
+from gateway.admission import RetryDiscipline
 from gateway.approvals import ApprovalService
 from gateway.audit import AuditWriter
 from gateway.audit_records import AuditRequests, RefusalTally
@@ -43,7 +44,7 @@ from gateway.routing.deployment import Deployment
 from gateway.routing.health import HealthMonitor
 from gateway.routing.router import ModelGroup, Router
 from gateway.routing.strategies import STRATEGIES
-from gateway.sessions import AppendHistory, AssignSession, SessionManager
+from gateway.sessions import AppendHistory, AssignSession, ClaimSession, SessionManager
 from gateway.settings import OpenApiExposure, Settings
 from gateway.store.base import Store
 from gateway.store.factory import open_store
@@ -131,6 +132,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
         TraceRequests(telemetry, model_names),  # outermost: refusals are traced and counted too
         audit_requests,  # refusals are recorded too
         Authenticate(authenticator),
+        RetryDiscipline(settings.quota.refuse_early_retries),  # a 429 anywhere below tells the key to wait
         AssignSession(),
         ParseRequest(settings.server.max_json_depth, settings.server.parse_in_thread_bytes),
         AppendHistory(store),
@@ -140,7 +142,6 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
         quota,
         Meter(),
     ]
-    pipeline = compose(stages, Call(router))
     # Taking over a dead replica's session: the caller is authenticated by the resume request; the
     # regenerated answer still passes the tool policy and is metered like any other.
     takeover = compose(
@@ -151,6 +152,8 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
     sessions = SessionManager(store, settings.sessions, replica_id, takeover) if settings.sessions.enabled else None
     if sessions is not None:
         sessions.on_checkpoint = telemetry.record_checkpoint
+        stages.append(ClaimSession(sessions))  # last: the lease exists before the first upstream byte
+    pipeline = compose(stages, Call(router))
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

@@ -93,8 +93,16 @@ class Admit:
         return tuple(s for s in scopes if s.limits != Limits())
 
     async def __call__(self, ctx: RequestContext, call_next: Handler) -> AsyncGenerator[Chunk, None]:
-        scopes = self.scopes_for(ctx)
-        held = await self._reserve(ctx, scopes) if scopes else None
+        held: _Held | None
+        if ctx.quota_hold is not None:
+            # A session taken over from a dead replica: its request was admitted there. Keep that
+            # reservation's slot and settle it with the whole answer's usage; take no second one.
+            held = _adopted(ctx.quota_hold)
+            await self._renew(held)
+        else:
+            scopes = self.scopes_for(ctx)
+            held = await self._reserve(ctx, scopes) if scopes else None
+            ctx.quota_hold = _hold_of(held) if held is not None else None
         # The lease is kept alive by time, not by chunks: a response held for a human approval
         # sends nothing for minutes and must keep its concurrency slot all the same.
         heartbeat = asyncio.get_running_loop().create_task(self._heartbeat(held)) if held else None
@@ -144,10 +152,13 @@ class Admit:
         return _Held(ctx.principal.tenant, scopes, result.reservation)
 
     async def _heartbeat(self, held: _Held) -> None:
-        ttl = self._settings.lease_ttl_s
         while True:
-            await asyncio.sleep(ttl / 3)
-            await self._quietly(self._store.renew_lease(held.tenant, held.scopes, held.reservation.lease_id, ttl))
+            await asyncio.sleep(self._settings.lease_ttl_s / 3)
+            await self._renew(held)
+
+    async def _renew(self, held: _Held) -> None:
+        ttl = self._settings.lease_ttl_s
+        await self._quietly(self._store.renew_lease(held.tenant, held.scopes, held.reservation.lease_id, ttl))
 
     def _spawn_settle(self, tenant: str, scopes: tuple[QuotaScope, ...], reservation: Reservation, used: int) -> None:
         task = asyncio.get_running_loop().create_task(self._settle(tenant, scopes, reservation, used))
@@ -194,6 +205,25 @@ class Admit:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
+
+
+def _hold_of(held: _Held) -> dict[str, Any]:
+    reservation = held.reservation
+    return {
+        "tenant": held.tenant,
+        "scopes": [scope.name for scope in held.scopes],
+        "lease_id": reservation.lease_id,
+        "tokens": reservation.tokens,
+        "second": reservation.second,
+        "day": reservation.day,
+    }
+
+
+def _adopted(hold: dict[str, Any]) -> _Held:
+    # Settling and renewing need only the scopes' names: their limits were checked at admission.
+    scopes = tuple(QuotaScope(str(name), Limits()) for name in hold["scopes"])
+    reservation = Reservation(str(hold["lease_id"]), int(hold["tokens"]), int(hold["second"]), int(hold["day"]))
+    return _Held(str(hold["tenant"]), scopes, reservation)
 
 
 def _denied(result: AdmitResult, headers: dict[str, str]) -> RateLimited:

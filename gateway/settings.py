@@ -143,8 +143,9 @@ class HealthSettings(Frozen):
 class SlowDetectionSettings(Frozen):
     """Passive detection of deployments that are alive but slow."""
 
-    factor: float = Field(default=1.4, gt=1.0, description="EWMA above factor x peers' median")
+    factor: float = Field(default=1.4, gt=1.0, description="EWMA above factor x peers' median (or own baseline)")
     alpha: float = Field(default=0.2, gt=0, le=1)
+    baseline_alpha: float = Field(default=0.02, gt=0, le=1, description="the slow EWMA a deployment is compared with")
     min_samples: int = Field(default=5, ge=1)
     cooldown_s: Seconds = 30.0
     # Ratios of tiny numbers are noise: a deployment is slow only if it is also this much slower.
@@ -161,6 +162,9 @@ class RetrySettings(Frozen):
 
 class RoutingSettings(Frozen):
     strategy: Strategy = Strategy.PRIORITY
+    # Bounds the wait for an answer's first output over every attempt and backoff (and again for
+    # each mid-stream hand-over's first output); 504 deadline_exceeded when it passes.
+    deadline_s: Seconds = Field(default=30.0, description="time to the first output, across all attempts")
     max_failovers: int = Field(default=2, ge=0, description="mid-stream hand-overs in one response")
     retry: RetrySettings = RetrySettings()
     breaker: BreakerSettings = BreakerSettings()
@@ -232,6 +236,8 @@ class AuthSettings(Frozen):
 
 class QuotaSettings(Frozen):
     on_store_error: FailMode = FailMode.OPEN
+    # A key retrying before the Retry-After of its last 429 is refused at once (gateway/admission.py).
+    refuse_early_retries: bool = True
     default_max_tokens: int = Field(default=1024, ge=1, description="reserved when a request sets no max_tokens")
     lease_ttl_s: Seconds = Field(default=60.0, description="a concurrency slot of a dead replica frees after this")
     tenants: dict[str, LimitSettings] = Field(default_factory=dict)
