@@ -20,9 +20,10 @@ from fastapi import FastAPI
 from fastapi.telemetry import TelemetryConfig
 from starlette.routing import Route
 
+from gateway.admission import RetryDiscipline
 from gateway.approvals import ApprovalService
 from gateway.audit import AuditWriter
-from gateway.audit_records import AuditRequests
+from gateway.audit_records import AuditRequests, RefusalTally
 from gateway.auth import Authenticate, Authenticator
 from gateway.backends.factory import build_backend
 from gateway.http.admin_api import build_admin_router
@@ -45,10 +46,11 @@ from gateway.routing.deployment import Deployment
 from gateway.routing.health import HealthMonitor
 from gateway.routing.router import ModelGroup, Router
 from gateway.routing.strategies import STRATEGIES
-from gateway.sessions import AppendHistory, AssignSession, SessionManager
+from gateway.sessions import AppendHistory, AssignSession, ClaimSession, SessionManager
 from gateway.settings import OpenApiExposure, Settings
 from gateway.store.base import Store
 from gateway.store.factory import open_store
+from gateway.store_epoch import StoreEpoch
 from gateway.telemetry import Telemetry
 from gateway.tenancy import ModelTenancy
 from gateway.tool_policy import PolicyHolder, ToolPolicy
@@ -77,6 +79,9 @@ def build_audit_writer(settings: Settings, store: Store) -> AuditWriter:
         batch_size=audit.batch_size,
         flush_interval_s=audit.flush_interval_s,
         hmac_key=audit.hmac_key.encode(),
+        reserve_wait_s=audit.reserve_wait_s,
+        stuck_after_s=audit.stuck_after_s,
+        shutdown_wait_s=audit.shutdown_wait_s,
     )
 
 
@@ -92,7 +97,8 @@ def build_authenticator(settings: Settings, store: Store) -> Authenticator:
 def approval_secret(settings: Settings) -> bytes:
     if settings.tools.approval_secret:
         return settings.tools.approval_secret.encode()
-    log.warning("tools.approval_secret is not set: approval tokens verify only against this process")
+    if settings.tools.policy_file is not None:  # no policy, no tools, no tokens: nothing to warn about
+        log.warning("tools.approval_secret is not set: approval tokens verify only against this process")
     return secrets.token_bytes(32)
 
 
@@ -121,15 +127,20 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
     deployments = [d for group in router.groups.values() for d in group.deployments]
     health = HealthMonitor(deployments, settings.routing.health)
     audit = build_audit_writer(settings, store)
+    epoch = StoreEpoch(store, audit)
     authenticator = build_authenticator(settings, store)
     keys = KeyService(store, audit, on_change=authenticator.forget)
     quota = Admit(store, settings.quota)
     model_names = [m.name for m in settings.models]
+    refusals = RefusalTally(
+        audit, interval_s=settings.audit.refusal_interval_s, max_sources=settings.audit.refusal_max_sources
+    )
     tenancy = ModelTenancy({m.name: m.tenants for m in settings.models})
-    audit_requests = AuditRequests(audit, capture=settings.audit.capture)
+    audit_requests = AuditRequests(audit, capture=settings.audit.capture, refusals=refusals)
     policies = PolicyHolder(settings.tools.policy_file)
     approvals = ApprovalService(store, audit, approval_secret(settings))
     telemetry.watch(router, quota)
+    telemetry.watch_audit(audit)
 
     active_releases = ActiveReleases()
     checkpoint_registry = (
@@ -148,8 +159,9 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
         TraceRequests(telemetry, model_names),  # outermost: refusals are traced and counted too
         audit_requests,  # refusals are recorded too
         Authenticate(authenticator),
+        RetryDiscipline(settings.quota.refuse_early_retries),  # a 429 anywhere below tells the key to wait
         AssignSession(),
-        ParseRequest(settings.server.max_body_bytes),
+        ParseRequest(settings.server.max_json_depth, settings.server.parse_in_thread_bytes),
         AppendHistory(store),
         ResolveModel(tenancy),
         ApplyRelease(active_releases, releases),
@@ -157,7 +169,6 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
         quota,
         Meter(),
     ]
-    pipeline = compose(stages, Call(router))
     # Taking over a dead replica's session: the caller is authenticated by the resume request; the
     # regenerated answer still passes the tool policy and is metered like any other.
     takeover = compose(
@@ -168,13 +179,17 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
     sessions = SessionManager(store, settings.sessions, replica_id, takeover) if settings.sessions.enabled else None
     if sessions is not None:
         sessions.on_checkpoint = telemetry.record_checkpoint
+        stages.append(ClaimSession(sessions))  # last: the lease exists before the first upstream byte
+    pipeline = compose(stages, Call(router))
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         audit.start()
+        refusals.start()
         health.start()
         policy_watch = asyncio.get_running_loop().create_task(policies.watch(settings.tools.reload_interval_s))
         release_watch = asyncio.get_running_loop().create_task(release_watcher.run())
+        epoch_watch = asyncio.get_running_loop().create_task(epoch.run())
         if sessions is not None:
             sessions.start_checkpoints()
         try:
@@ -183,10 +198,12 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
         finally:
             policy_watch.cancel()
             release_watch.cancel()
+            epoch_watch.cancel()
             await health.stop()
             if sessions is not None:
                 await sessions.stop()
             await quota.drain()
+            await refusals.stop()
             await audit.stop()
             for deployment in deployments:
                 await deployment.backend.aclose()
@@ -211,12 +228,12 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
         openapi_url="/openapi.json" if public_schema else None,
         telemetry=no_fastapi_telemetry,
     )
-    openai_api = OpenAIApi(pipeline, authenticator, sessions, tenancy, settings.server.max_body_bytes)
+    openai_api = OpenAIApi(pipeline, authenticator, sessions, tenancy, settings.server)
     app.router.routes.extend(openai_api.routes())
     if sessions is not None:
         app.router.routes.extend(SessionsApi(sessions, authenticator).routes())
     mcp_statuses = mcp.gateway.statuses if mcp is not None else None
-    app.router.routes.extend(HealthApi(router, store, settings.quota.on_store_error, mcp_statuses).routes())
+    app.router.routes.extend(HealthApi(router, store, audit, epoch, mcp_statuses).routes())
     app.router.routes.extend(MetricsApi(telemetry.registry).routes())
     app.include_router(build_admin_router(authenticator, keys, store, settings.audit.hmac_key.encode()))
     app.include_router(build_approvals_router(authenticator, approvals, policies))
@@ -228,6 +245,9 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
         app.router.routes.append(Route(settings.mcp.path, mcp, methods=["GET", "POST", "DELETE"]))
     install_error_handlers(app)
     app.state.router = router
+    # The assembled path, for tests/security/test_stage_release.py to inject failures into.
+    app.state.stages, app.state.openai_api, app.state.call = stages, openai_api, Call(router)
+    app.state.audit = audit
     app.state.quota = quota
     app.state.telemetry = telemetry
     return app

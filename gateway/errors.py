@@ -7,6 +7,7 @@ place that turns them into responses.
     GatewayError
     ├── InvalidRequest              400  invalid_request_error
     │   ├── BodyTooLarge            413
+    │   ├── RequestTimeout          408  (the body did not arrive in time)
     │   └── UnsupportedParameter    400
     ├── AuthenticationFailed        401  authentication_error
     ├── PermissionDenied            403  permission_error
@@ -14,9 +15,12 @@ place that turns them into responses.
     │   └── ModelNotFound           404
     ├── Conflict                    409  conflict           (an approval already decided)
     ├── RateLimited                 429  rate_limit_error   (Retry-After)
-    │   └── InsufficientQuota       429  insufficient_quota (a token budget is spent)
+    │   ├── InsufficientQuota       429  insufficient_quota (a token budget is spent)
+    │   └── RetryTooEarly           429  retry_too_early    (admission.py: retried before Retry-After)
     ├── NoDeploymentAvailable       503  service_unavailable (every deployment open, unhealthy or full)
     ├── StoreUnavailable            503  service_unavailable (Redis or the SQLite file cannot be reached)
+    │   └── StoreNotReached              the call never reached the store: nothing of it was applied
+    ├── DeadlineExceeded            504  timeout_error      (no first output within routing.deadline_s)
     └── UpstreamError               502  upstream_error     (one failed attempt at one deployment)
         ├── UpstreamConnectError         could not connect
         ├── UpstreamTimeout         504  connect / first-token / stall timeout
@@ -26,6 +30,10 @@ place that turns them into responses.
         └── StreamInterrupted            failed mid-stream and no deployment could continue it
 
 `UpstreamError.retryable` tells the router whether another attempt may succeed.
+
+`public_message` is what a client is told. For upstream errors it never carries the upstream's
+own text (paths, stack traces, other tenants' data may be in it): that stays in `message`, which
+goes to the log and the trace.
 """
 
 from __future__ import annotations
@@ -45,6 +53,10 @@ class GatewayError(Exception):
         self.message = message
         self.param = param
 
+    @property
+    def public_message(self) -> str:
+        return self.message
+
     def headers(self) -> dict[str, str]:
         return {}
 
@@ -63,6 +75,11 @@ class InvalidRequest(GatewayError):
 class BodyTooLarge(InvalidRequest):
     status = 413
     code = "request_too_large"
+
+
+class RequestTimeout(InvalidRequest):
+    status = 408
+    code = "request_timeout"
 
 
 class UnsupportedParameter(InvalidRequest):
@@ -112,6 +129,12 @@ class RateLimited(GatewayError):
         return {**self.extra_headers, "Retry-After": str(max(1, math.ceil(self.retry_after_s)))}
 
 
+class RetryTooEarly(RateLimited):
+    """This key was told to wait (Retry-After) and came back sooner: refused without a chance."""
+
+    code = "retry_too_early"
+
+
 class NoDeploymentAvailable(GatewayError):
     status = 503
     type = "service_unavailable"
@@ -133,6 +156,19 @@ class StoreUnavailable(GatewayError):
     code = "store_unavailable"
 
 
+class StoreNotReached(StoreUnavailable):
+    """The call never reached the store (no connection could be had): nothing of it was applied.
+    Any other StoreUnavailable may have been applied with its answer lost."""
+
+
+class DeadlineExceeded(GatewayError):
+    """No deployment produced output within the request's deadline, over all its attempts."""
+
+    status = 504
+    type = "timeout_error"
+    code = "deadline_exceeded"
+
+
 class InsufficientQuota(RateLimited):
     """A budget (daily tokens) is spent; OpenAI's code for that is distinct from a rate limit."""
 
@@ -152,6 +188,10 @@ class UpstreamError(GatewayError):
         super().__init__(message)
         self.deployment = deployment
 
+    @property
+    def public_message(self) -> str:
+        return f"The model server failed ({self.reason})"
+
 
 class UpstreamConnectError(UpstreamError):
     code = "upstream_connect_error"
@@ -166,6 +206,10 @@ class UpstreamTimeout(UpstreamError):
     def __init__(self, message: str, *, deployment: str = "", phase: str) -> None:
         super().__init__(message, deployment=deployment)
         self.phase = phase  # "connect" | "first_token" | "stall"
+
+    @property
+    def public_message(self) -> str:
+        return f"The model server timed out ({self.phase.replace('_', ' ')})"
 
 
 class UpstreamStatusError(UpstreamError):
@@ -191,6 +235,12 @@ class UpstreamStatusError(UpstreamError):
             self.status = upstream_status
             self.type = "invalid_request_error"
 
+    @property
+    def public_message(self) -> str:
+        if not self.retryable:
+            return f"The model server rejected the request (HTTP {self.upstream_status})"
+        return f"The model server answered HTTP {self.upstream_status}"
+
 
 class UpstreamProtocolError(UpstreamError):
     code = "upstream_protocol_error"
@@ -214,3 +264,11 @@ class StreamInterrupted(UpstreamError):
             deployment=cause.deployment,
         )
         self.cause = cause
+        self.tokens_sent = tokens_sent
+
+    @property
+    def public_message(self) -> str:
+        return (
+            f"The answer was interrupted after {self.tokens_sent} tokens ({self.cause.reason}) "
+            "and no deployment could continue it"
+        )

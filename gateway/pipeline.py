@@ -7,6 +7,16 @@ chunk is pulled; an error raised before the first chunk becomes an HTTP error re
 raised later an in-band error event. The non-streaming response is this same stream, collected.
 
 `compose` builds the path once, in `gateway.app`, from the list there.
+
+The release invariant: a stage that reserves something (an audit slot, a quota reservation and
+its lease, a heartbeat task, a trace span) releases it in a `finally` around its `call_next`, so
+it is released on every exit - a normal end, a `GatewayError`, any other exception (a bug), the
+client going away (`GeneratorExit` / cancellation) - and the release itself must not raise. So
+is the audit stage's record: it is written on every exit, and if the full record cannot be built,
+a minimal one naming the failure is written instead; no request goes unaudited. Input that could
+make a release fail (JSON deeper than the encoder's limit) is refused by `ParseRequest` before
+any quota is taken. `tests/security/test_stage_release.py` injects a failure at each stage and
+checks that nothing stays reserved.
 """
 
 from __future__ import annotations
@@ -33,8 +43,9 @@ class RequestContext:
 
     request_id: str
     completion_id: str
+    client: str = ""  # the peer's address, for aggregating refusals by source
     headers: Mapping[str, str] = field(default_factory=dict)
-    read_body: Callable[[], Awaitable[Any]] | None = None  # the raw body, read by ParseRequest
+    read_body: Callable[[], Awaitable[bytes]] | None = None  # the raw body, read by ParseRequest
     model: str = ""
     body: dict[str, Any] = field(default_factory=dict)
     stream: bool = False
@@ -50,6 +61,9 @@ class RequestContext:
     session_shared: bool = False  # the session is open to every key of its tenant
     estimated_prompt_tokens: int = 0
     quota_note: str | None = None  # set when quotas were not enforced (store down, fail-open)
+    # The quota reservation this request holds (quota.Admit's JSON form): saved with a session,
+    # so that a replica taking the session over settles it instead of taking a second one.
+    quota_hold: dict[str, Any] | None = None
     response_headers: dict[str, str] = field(default_factory=dict)
     completion_text: list[str] = field(default_factory=list)  # the assistant text, for audit digests
     resume: tuple[str, int] | None = None  # (text, chunks) already sent, when taking a session over
