@@ -166,6 +166,7 @@ class Router:
             tried.add(deployment.name)
             attempt = Attempt(deployment.name)
             log.attempts.append(attempt)
+            progress.begin_attempt()
             body = progress.request_for(deployment.settings)
             try:
                 with trace.attempt(group.name, deployment, attempt, len(log.attempts), body) as traced:
@@ -223,7 +224,9 @@ class Router:
                         attempt.usage = chunk.usage
                     if chunk.finish_reason is not None:
                         attempt.finish_reason = chunk.finish_reason
-                    if chunk.content:
+                    if chunk.tokens is not None:
+                        attempt.output_chunks = chunk.tokens
+                    elif chunk.content:
                         attempt.output_chunks += 1
                     if attempt.ttft_s is None:
                         held.append(chunk)  # nothing goes out before the first output: a retry stays invisible

@@ -1,0 +1,79 @@
+"""Mid-stream failover on real vLLM: the engine serving a greedy stream is SIGKILLed (API server and
+engine core together) at several points of the answer; another engine continues it with
+`continue_final_message`, and the client's text equals vLLM's own uninterrupted answer, character
+for character. Usage summed across the hand-over is what the audit (and so the quota) charged."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.procs import running_gateway
+from tests.vllm.client import chat_body, direct_answer, metric_total, stream_through, vllm_deployment, vllm_gateway_config
+from tests.vllm.conftest import Pool
+
+pytestmark = pytest.mark.vllm
+
+MAX_TOKENS = 380  # shorter than the answer (421 characters): it ends on the length limit
+
+
+@pytest.fixture(scope="module")
+def reference(pool: Pool) -> dict[str, Any]:
+    (server,) = pool.ready("a")
+    return direct_answer(server, chat_body(max_tokens=MAX_TOKENS))
+
+
+def request_audit(gateway: Any) -> dict[str, Any]:
+    reply = httpx.get(
+        f"{gateway.url}/admin/audit", params={"kind": "request"}, headers=gateway.headers(gateway.admin_key), timeout=10
+    )
+    records = [r for r in reply.json()["data"] if r.get("kind") == "request"]
+    return dict(records[-1])
+
+
+@pytest.mark.parametrize("position", [1, 120, 300])
+def test_sigkill_mid_stream_continues_exactly(
+    pool: Pool, reference: dict[str, Any], tmp_path: Path, figures: dict[str, Any], position: int
+) -> None:
+    expected = reference["choices"][0]["message"]["content"]
+    prompt_tokens = reference["usage"]["prompt_tokens"]
+    assert len(expected) == MAX_TOKENS  # one character a token: the limit cut the answer
+    # Whichever engine is up serves first; one restarted by an earlier case is the fallback.
+    names = ["a", "b"] if pool.servers["a"].ready_s is not None else ["b", "a"]
+    primary, fallback = pool.ready(*names)
+    deployments = [
+        vllm_deployment(names[0], primary, priority=0),
+        vllm_deployment(names[1], fallback, priority=1),
+    ]
+    fallback_prompt = metric_total(fallback, "vllm:prompt_tokens_total")
+    fallback_generated = metric_total(fallback, "vllm:generation_tokens_total")
+    try:
+        with running_gateway(tmp_path, vllm_gateway_config(*deployments)) as gateway:
+            result = stream_through(gateway, chat_body(max_tokens=MAX_TOKENS), at_chars=position, action=primary.kill)
+            audit = request_audit(gateway)
+    finally:
+        pool.restart(names[0])  # in the background: the next case that needs it waits
+
+    assert result.chars_when_triggered is not None, "the stream ended before the kill"
+    assert not result.errors, result.errors
+    assert result.events[-1] == "[DONE]"
+    assert len(result.ids) == 1
+    assert audit["deployments"] == names, audit  # it really was handed over
+    # The continuation's prompt is the original one plus what the client already had.
+    handed_over_at = result.usage["prompt_tokens"] - prompt_tokens
+    figures.setdefault("failover_positions", []).append(
+        {"asked": position, "client_had": result.chars_when_triggered, "handed_over_at": handed_over_at}
+    )
+    assert result.text == expected
+    assert result.finish_reasons == ["length"]
+    # Usage: the dead engine's tokens (as streamed) + the continuation's own usage, nothing lost.
+    usage = result.usage
+    assert usage["completion_tokens"] == MAX_TOKENS
+    assert usage["total_tokens"] == prompt_tokens + handed_over_at + MAX_TOKENS
+    assert (audit["prompt_tokens"], audit["completion_tokens"]) == (usage["prompt_tokens"], usage["completion_tokens"])
+    # The survivor's own counters agree with what the gateway charged for its part.
+    assert metric_total(fallback, "vllm:prompt_tokens_total") - fallback_prompt == prompt_tokens + handed_over_at
+    assert metric_total(fallback, "vllm:generation_tokens_total") - fallback_generated == MAX_TOKENS - handed_over_at
