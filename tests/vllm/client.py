@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,11 +15,12 @@ MODEL = "tiny"
 ZEN_PROMPT = "Recite the zen."
 
 
-def vllm_deployment(name: str, server: VllmServer, **overrides: Any) -> dict[str, Any]:
-    """A gateway deployment for one vLLM engine: continuation on, vLLM's /health probed."""
+def vllm_deployment(name: str, server: VllmServer, via: str | None = None, **overrides: Any) -> dict[str, Any]:
+    """A gateway deployment for one vLLM engine (reached `via` a tap's URL if given): continuation
+    on, vLLM's /health probed."""
     return {
         "name": name,
-        "api_base": f"{server.url}/v1",
+        "api_base": f"{via or server.url}/v1",
         "model": MODEL,
         "continuation": "vllm",
         "health_path": f"{server.url}/health",
@@ -62,7 +62,6 @@ def direct_answer(server: VllmServer, body: dict[str, Any]) -> dict[str, Any]:
 class StreamResult:
     events: list[Any] = field(default_factory=list)
     text: str = ""
-    chars_when_triggered: int | None = None
     headers: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -99,15 +98,8 @@ class StreamResult:
         ]
 
 
-def stream_through(
-    gateway: Gateway,
-    body: dict[str, Any],
-    at_chars: int | None = None,
-    action: Callable[[], None] | None = None,
-    timeout_s: float = 180,
-) -> StreamResult:
-    """Stream `body` through the gateway; once the client holds `at_chars` characters, run `action`
-    (a SIGKILL, a SIGSTOP) once, and read on to the end."""
+def stream_through(gateway: Gateway, body: dict[str, Any], timeout_s: float = 180) -> StreamResult:
+    """Stream `body` through the gateway and read it to the end."""
     result = StreamResult()
     with httpx.stream(
         "POST", f"{gateway.url}/v1/chat/completions", json=body, headers=gateway.headers(), timeout=timeout_s
@@ -122,10 +114,6 @@ def stream_through(
             if isinstance(event, dict):
                 for choice in event.get("choices", ()):
                     result.text += choice["delta"].get("content") or ""
-            if action is not None and at_chars is not None and result.chars_when_triggered is None:
-                if len(result.text) >= at_chars:
-                    result.chars_when_triggered = len(result.text)
-                    action()
     return result
 
 

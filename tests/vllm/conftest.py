@@ -108,15 +108,14 @@ def checkpoints(
     for label, step in STEPS.items():
         saved = save_checkpoint({}, root / "runs", "tiny", step, writer=_copy_writer(built / label), registry=registry)
         result = saved.result(timeout=60)
-        assert result.entry is not None and result.entry.format == "hf-safetensors"
+        assert result.entry is not None
+        assert result.entry.format == "hf-safetensors"
         paths[label], versions[label] = result.path, result.version
     return Checkpoints(registry, paths, versions)
 
 
 @pytest.fixture(scope="session")
-def pool(
-    checkpoints: Checkpoints, tmp_path_factory: pytest.TempPathFactory, figures: dict[str, Any]
-) -> Iterator[Pool]:
+def pool(checkpoints: Checkpoints, tmp_path_factory: pytest.TempPathFactory, figures: dict[str, Any]) -> Iterator[Pool]:
     log_dir = tmp_path_factory.mktemp("vllm-logs")
     servers: dict[str, VllmServer] = {}
     try:

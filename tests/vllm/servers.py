@@ -40,7 +40,6 @@ BASE_ARGS = [
     "--dtype", "float32",
     "--enforce-eager",  # no torch.compile: the engine starts in a fraction of the time
     "--max-num-seqs", "8",
-    "--disable-log-stats",
 ]  # fmt: skip
 TOOL_ARGS = ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
 

@@ -1,0 +1,92 @@
+"""The replay tool cross-checked against vLLM's own server-side histograms (/metrics): the same
+requests replayed against vLLM directly and through the gateway. The client's TTFT contains the
+server's (plus HTTP, detokenization and, through the gateway, the gateway's own time), so its mean
+is never below vLLM's; the differences are reported, not bounded (no timing thresholds in tests)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.procs import running_gateway
+from tests.vllm.client import MODEL, vllm_deployment, vllm_gateway_config
+from tests.vllm.conftest import Pool
+from tests.vllm.servers import VllmServer
+
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1200)]
+
+PROMPTS = ["Say hello.", "Which checkpoint are you?", "Recite the zen."]
+COUNT = 12
+HISTOGRAMS = ("vllm:time_to_first_token_seconds", "vllm:e2e_request_latency_seconds")
+
+
+def histograms(server: VllmServer) -> dict[str, tuple[float, float]]:
+    """(sum, count) of each histogram, summed over its label sets."""
+    found = {name: [0.0, 0.0] for name in HISTOGRAMS}
+    for line in httpx.get(f"{server.url}/metrics", timeout=10).text.splitlines():
+        for name in HISTOGRAMS:
+            for part, index in (("_sum", 0), ("_count", 1)):
+                if line.startswith(f"{name}{part}{{") or line.startswith(f"{name}{part} "):
+                    found[name][index] += float(line.rsplit(" ", 1)[1])
+    return {name: (total, count) for name, (total, count) in found.items()}
+
+
+def replay(samples: Path, base_url: str, out: Path, api_key: str = "") -> dict[str, Any]:
+    args = [sys.executable, "-m", "gateway", "replay", "run", str(samples), "--base-url", base_url]
+    args += ["--model", MODEL, "--count", str(COUNT), "--concurrency", "1", "--out", str(out), "--quiet"]
+    args += ["--allow-lag"]  # a busy machine: the lag check reports, it must not fail the cross-check
+    if api_key:
+        args += ["--api-key", api_key]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return dict(json.loads(out.read_text()))
+
+
+def server_side(before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]]) -> dict[str, Any]:
+    deltas = {name: (after[name][0] - before[name][0], after[name][1] - before[name][1]) for name in HISTOGRAMS}
+    return {name: {"count": count, "mean_ms": 1000 * total / count} for name, (total, count) in deltas.items()}
+
+
+def test_replay_means_contain_vllms_own_and_the_differences_are_recorded(
+    pool: Pool, tmp_path: Path, figures: dict[str, Any]
+) -> None:
+    (server,) = pool.ready("b")
+    samples = tmp_path / "samples.jsonl"
+    bodies = [
+        {"model": MODEL, "messages": [{"role": "user", "content": p}], "max_tokens": 200, "temperature": 0,
+         "stream": True}
+        for p in PROMPTS
+    ]  # fmt: skip
+    samples.write_text("".join(json.dumps(b) + "\n" for b in bodies))
+    config = vllm_gateway_config(vllm_deployment("b", server))
+    report: dict[str, Any] = {}
+    with running_gateway(tmp_path, config) as gateway:
+        for label, base_url, key in (("direct", f"{server.url}/v1", ""), ("gateway", f"{gateway.url}/v1", gateway.key)):
+            before = histograms(server)
+            document = replay(samples, base_url, tmp_path / f"{label}.json", key)
+            measured = server_side(before, histograms(server))
+            summary = document["summary"]
+            assert summary["succeeded"] == COUNT, summary["failures"]
+            # vLLM counted exactly the replayed requests: the two sides measure the same ones.
+            assert measured["vllm:time_to_first_token_seconds"]["count"] == COUNT
+            client_ttft = summary["latency"]["ttft"]["mean"] * 1000
+            client_e2e = summary["latency"]["e2e"]["mean"] * 1000
+            server_ttft = measured["vllm:time_to_first_token_seconds"]["mean_ms"]
+            server_e2e = measured["vllm:e2e_request_latency_seconds"]["mean_ms"]
+            report[label] = {
+                "client_ttft_ms": round(client_ttft, 2),
+                "vllm_ttft_ms": round(server_ttft, 2),
+                "ttft_diff_ms": round(client_ttft - server_ttft, 2),
+                "client_e2e_ms": round(client_e2e, 2),
+                "vllm_e2e_ms": round(server_e2e, 2),
+                "e2e_diff_ms": round(client_e2e - server_e2e, 2),
+            }
+            # The client's interval encloses the server's: the difference is never negative.
+            assert client_ttft >= server_ttft, report
+    figures["replay_vs_vllm_metrics"] = report
