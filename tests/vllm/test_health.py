@@ -1,8 +1,10 @@
 """Health on real vLLM: /health probed, an engine stopped with SIGSTOP (alive, port open, silent)
-mid-stream and between requests, then resumed."""
+mid-stream and between requests, then resumed; an engine kept slow by a SIGSTOP/SIGCONT duty
+cycle is found by passive slow detection."""
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,7 @@ import pytest
 from tests.procs import Gateway, running_gateway
 from tests.vllm.client import chat_body, direct_answer, stream_through, vllm_deployment, vllm_gateway_config
 from tests.vllm.conftest import Pool
+from tests.vllm.servers import VllmServer
 from tests.vllm.tap import Tap
 from tests.vllm.test_failover import request_audit
 
@@ -79,3 +82,52 @@ def test_sigstopped_engine_fails_over_mid_stream_is_probed_unhealthy_and_comes_b
     finally:
         a.resume()
         tap.close()
+
+
+class Throttle:
+    """Keeps an engine alive but slow: SIGSTOP for `stopped_s`, SIGCONT for `running_s`, over and over."""
+
+    def __init__(self, server: VllmServer, stopped_s: float = 0.06, running_s: float = 0.02) -> None:
+        self._server = server
+        self._times = (stopped_s, running_s)
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Throttle:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._done.set()
+        self._thread.join(10)
+        self._server.resume()
+
+    def _run(self) -> None:
+        stopped_s, running_s = self._times
+        while not self._done.is_set():
+            self._server.pause()
+            self._done.wait(stopped_s)
+            self._server.resume()
+            self._done.wait(running_s)
+
+
+def test_a_throttled_engine_is_detected_as_slow_and_loses_its_traffic(
+    pool: Pool, tmp_path: Path, figures: dict[str, Any]
+) -> None:
+    a, b = pool.ready("a", "b")
+    slow = {"factor": 1.5, "min_samples": 3, "cooldown_s": 300, "min_ttft_gap_s": 0.02, "min_tpot_gap_s": 0.002}
+    config = vllm_gateway_config(
+        vllm_deployment("a", a),
+        vllm_deployment("b", b),
+        routing={"strategy": "weighted", "slow": slow},
+    )
+    with running_gateway(tmp_path, config) as gateway, Throttle(a):
+        sent = 0
+        while sent < 60 and availability(gateway)["a"] != "degraded":  # weighted: both get measured
+            assert stream_through(gateway, chat_body("Say hello.", max_tokens=40)).text == "Hello from the tiny model."
+            sent += 1
+        assert availability(gateway) == {"a": "degraded", "b": "ready"}
+        figures["throttled_engine_degraded_after_requests"] = sent
+        # Degraded: behind every ready deployment, so new requests go to b.
+        stream_through(gateway, chat_body("Say hello.", max_tokens=40))
+        assert request_audit(gateway)["deployments"] == ["b"]

@@ -40,7 +40,7 @@ def histograms(server: VllmServer) -> dict[str, tuple[float, float]]:
 def replay(samples: Path, base_url: str, out: Path, api_key: str = "") -> dict[str, Any]:
     args = [sys.executable, "-m", "gateway", "replay", "run", str(samples), "--base-url", base_url]
     args += ["--model", MODEL, "--count", str(COUNT), "--concurrency", "1", "--out", str(out), "--quiet"]
-    args += ["--allow-lag"]  # a busy machine: the lag check reports, it must not fail the cross-check
+    args += ["--allow-lag", "--length-ok"]  # busy machine: lag is reported, not failed; the zen is cut at 200
     if api_key:
         args += ["--api-key", api_key]
     done = subprocess.run(args, capture_output=True, text=True, timeout=600, check=False)
