@@ -81,9 +81,14 @@ def markdown(head: str | Sequence[str], rows: Iterable[Sequence[str]]) -> str:
 
 
 def run_benchmark(
-    measure: Callable[[], T], report: Callable[[T, float], None], write: Callable[[T, float], Path], started: float
+    measure: Callable[[], T],
+    report: Callable[[T, float], None],
+    write: Callable[[T, float], Path],
+    started: float,
+    verdict: Callable[[T], int] | None = None,
 ) -> int:
-    """Measure, print the report and the results file; exit status 1 when a process did not start."""
+    """Measure, print the report and the results file; exit status 1 when a process did not start,
+    else what `verdict` says of the outcome (0 without one)."""
     try:
         outcome = measure()
     except StartError as exc:
@@ -92,4 +97,4 @@ def run_benchmark(
     took_s = time.monotonic() - started
     report(outcome, took_s)
     print(f"Raw figures: {write(outcome, took_s)}")
-    return 0
+    return verdict(outcome) if verdict is not None else 0

@@ -14,7 +14,7 @@ import asyncio
 import re
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import cast
@@ -42,9 +42,12 @@ class Spec:
     expect_text: bytes  # text a correct non-streaming body contains
 
 
-def render_request(host: str, port: int, path: str, api_key: str, body: bytes) -> bytes:
+def render_request(
+    host: str, port: int, path: str, api_key: str, body: bytes, headers: Sequence[tuple[str, str]] = ()
+) -> bytes:
+    extra = "".join(f"{name}: {value}\r\n" for name, value in headers)
     head = (
-        f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {api_key}\r\n"
+        f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {api_key}\r\n{extra}"
         f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
     )
     return head.encode() + body

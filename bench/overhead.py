@@ -1,14 +1,20 @@
-"""What a proxy adds: direct to a fast upstream vs through this gateway vs through the LiteLLM proxy.
+"""What a proxy adds: direct to a fast upstream vs this gateway vs the LiteLLM proxy vs Portkey's gateway.
 
-    python bench/overhead.py [--quick] [--rounds 3] [--litellm-python /work/bench-venv/bin/python]
+    python bench/overhead.py [--quick] [--rounds 3] [--litellm-python PATH] [--portkey-dir DIR]
 
-One run starts the upstream (bench/fast_upstream.py), the gateway and, when available, LiteLLM,
-then measures in alternating rounds every scenario (non-streaming and streaming, at concurrency 1
-and 32) on every path. It prints a Markdown table, the target ratios and the command, and writes
-the raw figures to bench/results/overhead-<timestamp>.json.
+One run starts the upstream (bench/fast_upstream.py), the gateway and, when available, LiteLLM and
+Portkey, then measures in alternating rounds every scenario (non-streaming and streaming, at
+concurrency 1 and 32) on every path. Portkey 1.15.2 answers every stream here with a 500
+("TypeError: immutable" in its updateHeaders, on Node 20 and 22), so it runs the non-streaming
+scenarios only. It prints a Markdown table, the targets and the command, writes the raw figures to
+bench/results/overhead-<timestamp>.json, and exits 2 when a target is missed.
+
+Portkey's gateway is installed with npm inside the checkout (or set AGW_PORTKEY_DIR):
+    npm install --prefix bench/.portkey @portkey-ai/gateway@1.15.2
 
 LiteLLM runs from its own virtualenv, so that its large dependency tree never changes the main
-environment:  python -m venv /work/bench-venv && /work/bench-venv/bin/pip install "litellm[proxy]==1.108.7"
+environment (inside the checkout, gitignored; or set AGW_LITELLM_PYTHON to another interpreter):
+    python -m venv bench/.venv-litellm && bench/.venv-litellm/bin/pip install "litellm[proxy]==1.108.7"
 """
 
 from __future__ import annotations
@@ -27,17 +33,22 @@ import uvloop
 from harness import command_line, command_report_line, machine, machine_line, mib, options_dict, run_benchmark
 from harness import write_results as write_json
 from procs import Service, StartError, rss_bytes, running
-from report import markdown_ratios, markdown_table, ratios, rows
+from report import markdown_ratios, markdown_table, missed, ratios, rows
 from runner import Figures, Limits, PathUnderTest, Scenario, run_rounds
 from services import (
     BENCH_DIR,
     DEFAULT_LITELLM_PYTHON,
+    DEFAULT_PORTKEY_DIR,
     REPO_DIR,
     LiteLLMCheck,
+    PortkeyCheck,
     check_litellm,
+    check_portkey,
+    portkey_headers,
     start_gateway,
     start_keyed_gateway,
     start_litellm,
+    start_portkey,
     start_upstream,
 )
 
@@ -53,6 +64,8 @@ class Options:
     chunks: int
     litellm_python: Path | None
     no_litellm: bool
+    portkey_dir: Path
+    no_portkey: bool
     out_dir: Path
     gateway_dir: Path
 
@@ -69,7 +82,9 @@ def _parser() -> argparse.ArgumentParser:
     add("--chunks", type=int, default=20, help="content chunks per stream (default 20)")
     default_python = DEFAULT_LITELLM_PYTHON if DEFAULT_LITELLM_PYTHON.exists() else None
     add("--litellm-python", type=Path, default=default_python, help=f"default {DEFAULT_LITELLM_PYTHON}")
-    add("--no-litellm", action="store_true", help="measure direct and gateway only")
+    add("--no-litellm", action="store_true", help="do not measure LiteLLM")
+    add("--portkey-dir", type=Path, default=DEFAULT_PORTKEY_DIR, help=f"default {DEFAULT_PORTKEY_DIR}")
+    add("--no-portkey", action="store_true", help="do not measure Portkey")
     add("--out-dir", type=Path, default=BENCH_DIR / "results", help="where the JSON goes")
     add("--gateway-dir", type=Path, default=REPO_DIR, help="run the gateway package found here (A/B a change)")
     return parser
@@ -89,6 +104,8 @@ def parse_args(argv: list[str] | None = None) -> Options:
         chunks=args.chunks,
         litellm_python=args.litellm_python,
         no_litellm=bool(args.no_litellm),
+        portkey_dir=args.portkey_dir,
+        no_portkey=bool(args.no_portkey),
         out_dir=args.out_dir,
         gateway_dir=args.gateway_dir.resolve(),
     )
@@ -133,10 +150,30 @@ class Outcome:
     paths: list[str]
     rss_bytes: dict[str, int]
     litellm_reason: str
+    portkey_reason: str
     load_at_start: float  # 1-minute load average: a busy machine shows in the figures
 
 
-def measure(options: Options, check: LiteLLMCheck) -> Outcome:
+@dataclasses.dataclass(frozen=True)
+class Peers:
+    litellm: LiteLLMCheck
+    portkey: PortkeyCheck
+
+
+def _portkey_path(
+    stack: contextlib.ExitStack, workdir: Path, check: PortkeyCheck, upstream: Service
+) -> PathUnderTest | str:
+    if check.server is None:
+        return check.reason
+    print(f"starting Portkey {check.version} from {check.server} ...", file=sys.stderr, flush=True)
+    try:
+        portkey = stack.enter_context(running(start_portkey(workdir, check.server)))
+    except StartError as exc:
+        return f"Portkey did not start: {exc}"
+    return PathUnderTest("portkey", portkey.url, portkey, headers=portkey_headers(upstream.url), streams=False)
+
+
+def measure(options: Options, peers: Peers) -> Outcome:
     load_at_start = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="overhead-") as tmp, contextlib.ExitStack() as stack:
         workdir = Path(tmp)
@@ -149,18 +186,24 @@ def measure(options: Options, check: LiteLLMCheck) -> Outcome:
             PathUnderTest("gateway", gateway.url, gateway, gateway_key),
         ]
         master_key = "sk-bench-" + secrets.token_hex(16)
-        litellm, reason = _start_litellm_or_none(workdir, check, upstream, master_key)
+        litellm, reason = _start_litellm_or_none(workdir, peers.litellm, upstream, master_key)
         if litellm is not None:
             stack.enter_context(running(litellm))
             paths.append(PathUnderTest("litellm", litellm.url, litellm, master_key))
         else:
             print(f"LiteLLM not measured: {reason}", file=sys.stderr, flush=True)
+        portkey = _portkey_path(stack, workdir, peers.portkey, upstream)
+        portkey_reason = portkey if isinstance(portkey, str) else ""
+        if isinstance(portkey, PathUnderTest):
+            paths.append(portkey)
+        else:
+            print(f"Portkey not measured: {portkey}", file=sys.stderr, flush=True)
         figures = uvloop.run(run_rounds(options.rounds, scenarios(options), paths, upstream, limits(options)))
         rss = {p.name: rss_bytes(p.proxy.pids()) for p in paths if p.proxy is not None}
-    return Outcome(figures, [p.name for p in paths], rss, reason, load_at_start)
+    return Outcome(figures, [p.name for p in paths], rss, reason, portkey_reason, load_at_start)
 
 
-def print_report(options: Options, outcome: Outcome, check: LiteLLMCheck, took_s: float) -> None:
+def print_report(options: Options, outcome: Outcome, peers: Peers, took_s: float) -> None:
     table = rows(outcome.figures, scenarios(options), outcome.paths)
     print(f"\n## Proxy overhead (median of {options.rounds} rounds, {options.chunks}-chunk streams)\n")
     print(markdown_table(table))
@@ -169,19 +212,27 @@ def print_report(options: Options, outcome: Outcome, check: LiteLLMCheck, took_s
     if outcome.litellm_reason:
         print(f"\nLiteLLM was not measured: {outcome.litellm_reason}")
     else:
-        print(f"\nLiteLLM {check.version} (proxy, 1 worker, master key, no database, telemetry and spend logs off).")
+        print(
+            f"\nLiteLLM {peers.litellm.version} (proxy, 1 worker, master key, no database, telemetry and "
+            "spend logs off)."
+        )
+    if outcome.portkey_reason:
+        print(f"Portkey was not measured: {outcome.portkey_reason}")
+    else:
+        print(f"Portkey {peers.portkey.version} (Node, headless, no auth): non-streaming only, its streams fail here.")
     print(machine_line(outcome.load_at_start))
     print(command_report_line(SCRIPT, took_s))
 
 
-def write_results(options: Options, outcome: Outcome, check: LiteLLMCheck, took_s: float) -> Path:
+def write_results(options: Options, outcome: Outcome, peers: Peers, took_s: float) -> Path:
     table = rows(outcome.figures, scenarios(options), outcome.paths)
     document = {
         "command": command_line(SCRIPT),
         "took_s": took_s,
         "machine": {**machine(with_platform=True), "load_average_1m_at_start": outcome.load_at_start},
         "options": options_dict(options),
-        "litellm": {"version": check.version, "not_measured": outcome.litellm_reason or None},
+        "litellm": {"version": peers.litellm.version, "not_measured": outcome.litellm_reason or None},
+        "portkey": {"version": peers.portkey.version, "not_measured": outcome.portkey_reason or None},
         "scenarios": [dataclasses.asdict(s) for s in scenarios(options)],
         "summary": [dataclasses.asdict(r) for r in table],
         "ratios": [dataclasses.asdict(r) for r in ratios(table, scenarios(options))],
@@ -194,13 +245,25 @@ def write_results(options: Options, outcome: Outcome, check: LiteLLMCheck, took_
 def main(argv: list[str] | None = None) -> int:
     options = parse_args(argv)
     started = time.monotonic()
-    check = check_litellm(options.litellm_python, options.no_litellm)
-    return run_benchmark(
-        lambda: measure(options, check),
-        lambda outcome, took_s: print_report(options, outcome, check, took_s),
-        lambda outcome, took_s: write_results(options, outcome, check, took_s),
-        started,
+    peers = Peers(
+        check_litellm(options.litellm_python, options.no_litellm),
+        check_portkey(options.portkey_dir, options.no_portkey),
     )
+    return run_benchmark(
+        lambda: measure(options, peers),
+        lambda outcome, took_s: print_report(options, outcome, peers, took_s),
+        lambda outcome, took_s: write_results(options, outcome, peers, took_s),
+        started,
+        lambda outcome: _verdict(options, outcome),
+    )
+
+
+def _verdict(options: Options, outcome: Outcome) -> int:
+    table = rows(outcome.figures, scenarios(options), outcome.paths)
+    misses = missed(ratios(table, scenarios(options)))
+    for miss in misses:
+        print(f"TARGET MISSED: {miss.name} = {miss.value:.3f} (goal {miss.target})", file=sys.stderr)
+    return 2 if misses else 0
 
 
 if __name__ == "__main__":

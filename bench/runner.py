@@ -33,10 +33,12 @@ class Scenario:
 
 @dataclass(frozen=True)
 class PathUnderTest:
-    name: str  # direct, gateway or litellm
+    name: str  # direct, gateway, litellm or portkey
     url: str  # base URL, without /v1
     proxy: Service | None  # the process between the client and the upstream; None for direct
     api_key: str = "sk-bench"  # the upstream takes any
+    headers: tuple[tuple[str, str], ...] = ()  # more request headers (Portkey is told its upstream this way)
+    streams: bool = True  # False: the path fails streaming here, so only non-streaming scenarios run on it
 
 
 @dataclass(frozen=True)
@@ -79,7 +81,7 @@ def make_spec(path: PathUnderTest, scenario: Scenario, chunks: int) -> Spec:
     parts = urlsplit(path.url)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
     body = _body("fast", scenario.stream)
-    request = render_request(host, port, "/v1/chat/completions", path.api_key, body)
+    request = render_request(host, port, "/v1/chat/completions", path.api_key, body, path.headers)
     return Spec(host, port, request, scenario.stream, chunks, (TOKEN * chunks).encode())
 
 
@@ -178,6 +180,8 @@ async def each_window(
     for round_no in range(1, rounds + 1):
         for scenario in scenarios:
             for path in paths:
+                if scenario.stream and not path.streams:
+                    continue
                 results.append(await measure(round_no, scenario, path))
                 progress(results[-1])
     return results

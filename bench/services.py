@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import os
 import secrets
 import subprocess
 import sys
@@ -20,7 +21,10 @@ from procs import Service, StartError, free_port, running, start_announcing, sta
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_DIR = BENCH_DIR.parent
-DEFAULT_LITELLM_PYTHON = Path("/work/bench-venv/bin/python")
+# LiteLLM lives in its own virtualenv inside the checkout (gitignored), or wherever AGW_LITELLM_PYTHON points.
+DEFAULT_LITELLM_PYTHON = Path(
+    os.environ.get("AGW_LITELLM_PYTHON", REPO_DIR / "bench" / ".venv-litellm" / "bin" / "python")
+)
 
 # Everything LiteLLM would otherwise do besides proxying: phoning home, downloading the model cost
 # map, logging at INFO. Spend and error logs need a database, which it does not get. It runs in a
@@ -146,6 +150,46 @@ def start_litellm(workdir: Path, python: Path, upstream_url: str, master_key: st
     return start_polled("litellm", argv, log, workdir, LITELLM_ENV, url, "/health/readiness", timeout_s=90)
 
 
+# Portkey's gateway (Node), installed with npm inside the checkout (gitignored) or where
+# AGW_PORTKEY_DIR points:  npm install --prefix bench/.portkey @portkey-ai/gateway@1.15.2
+DEFAULT_PORTKEY_DIR = Path(os.environ.get("AGW_PORTKEY_DIR", REPO_DIR / "bench" / ".portkey"))
+PORTKEY_SERVER = Path("node_modules/@portkey-ai/gateway/build/start-server.js")
+
+
+@dataclass(frozen=True)
+class PortkeyCheck:
+    server: Path | None  # start-server.js, or None when it is not available
+    version: str | None
+    reason: str  # why it is not available, or "" when it is
+
+
+def check_portkey(directory: Path, disabled: bool) -> PortkeyCheck:
+    if disabled:
+        return PortkeyCheck(None, None, "skipped (--no-portkey)")
+    server = directory / PORTKEY_SERVER
+    if not server.exists():
+        return PortkeyCheck(None, None, f"no Portkey gateway at {server} (see --portkey-dir)")
+    try:
+        manifest = orjson.loads((server.parent.parent / "package.json").read_bytes())
+        version = str(manifest["version"])
+    except (OSError, KeyError, orjson.JSONDecodeError) as exc:
+        return PortkeyCheck(None, None, f"unreadable Portkey package.json: {exc!r}")
+    return PortkeyCheck(server, version, "")
+
+
+def start_portkey(workdir: Path, server: Path) -> Service:
+    port = free_port()
+    # It takes `--port=P` (a separate `--port P` is ignored) and `--headless` (no console UI).
+    argv = ["node", str(server), f"--port={port}", "--headless"]
+    url = f"http://127.0.0.1:{port}"
+    return start_polled("portkey", argv, workdir / "portkey.log", workdir, {}, url, "/", timeout_s=60)
+
+
+def portkey_headers(upstream_url: str) -> tuple[tuple[str, str], ...]:
+    # Portkey forwards to any OpenAI-compatible host named per request.
+    return (("x-portkey-provider", "openai"), ("x-portkey-custom-host", f"{upstream_url}/v1"))
+
+
 @dataclass(frozen=True)
 class LiteLLMCheck:
     python: Path | None
@@ -168,4 +212,13 @@ def check_litellm(python: Path | None, disabled: bool) -> LiteLLMCheck:
     return LiteLLMCheck(python, result.stdout.strip(), "")
 
 
-__all__ = ["DEFAULT_LITELLM_PYTHON", "LiteLLMCheck", "Service", "StartError", "check_litellm"]
+__all__ = [
+    "DEFAULT_LITELLM_PYTHON",
+    "DEFAULT_PORTKEY_DIR",
+    "LiteLLMCheck",
+    "PortkeyCheck",
+    "Service",
+    "StartError",
+    "check_litellm",
+    "check_portkey",
+]

@@ -293,6 +293,15 @@ def _problems(error: ValidationError) -> list[str]:
     return problems
 
 
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    """Where and what, never the text: the parser's own message quotes the offending line, which
+    may be a secret of a file that was never meant to be an eval set."""
+    mark = getattr(error, "problem_mark", None)
+    problem = getattr(error, "problem", None) or "not valid YAML"
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return f"invalid YAML{where}: {problem}"
+
+
 def load_eval_set(path: Path | str) -> EvalSet:
     """Load a `.yaml`/`.yml` or `.jsonl` eval set."""
     path = Path(path)
@@ -308,5 +317,5 @@ def load_eval_set(path: Path | str) -> EvalSet:
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as error:
-            raise EvalSetError(path, [f"invalid YAML: {error}"]) from error
+            raise EvalSetError(path, [_yaml_problem(error)]) from error
     return parse_eval_set(data, path)

@@ -24,7 +24,7 @@ from gateway.audit_records import AuditRequests
 from gateway.auth import Authenticate, Authenticator
 from gateway.backends.factory import build_backend
 from gateway.http.admin_api import build_admin_router
-from gateway.http.admin_pages import admin_page_routes
+from gateway.http.admin_pages import admin_page_routes, openapi_routes
 from gateway.http.approvals_api import build_approvals_router
 from gateway.http.errors import install_error_handlers
 from gateway.http.health import HealthApi
@@ -44,10 +44,11 @@ from gateway.routing.health import HealthMonitor
 from gateway.routing.router import ModelGroup, Router
 from gateway.routing.strategies import STRATEGIES
 from gateway.sessions import AppendHistory, AssignSession, SessionManager
-from gateway.settings import Settings
+from gateway.settings import OpenApiExposure, Settings
 from gateway.store.base import Store
 from gateway.store.factory import open_store
 from gateway.telemetry import Telemetry
+from gateway.tenancy import ModelTenancy
 from gateway.tool_policy import PolicyHolder, ToolPolicy
 from gateway.trace_stage import TraceRequests
 
@@ -70,6 +71,7 @@ def build_audit_writer(settings: Settings, store: Store) -> AuditWriter:
         queue_size=audit.queue_size,
         batch_size=audit.batch_size,
         flush_interval_s=audit.flush_interval_s,
+        hmac_key=audit.hmac_key.encode(),
     )
 
 
@@ -101,6 +103,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
     keys = KeyService(store, audit, on_change=authenticator.forget)
     quota = Admit(store, settings.quota)
     model_names = [m.name for m in settings.models]
+    tenancy = ModelTenancy({m.name: m.tenants for m in settings.models})
     audit_requests = AuditRequests(audit, capture=settings.audit.capture)
     policies = PolicyHolder(settings.tools.policy_file)
     approvals = ApprovalService(store, audit, approval_secret(settings))
@@ -121,7 +124,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
         AssignSession(),
         ParseRequest(settings.server.max_body_bytes),
         AppendHistory(store),
-        ResolveModel(model_names),
+        ResolveModel(tenancy),
         ApplyRelease(active_releases, releases),
         tool_policy,
         quota,
@@ -170,19 +173,28 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
         "logs": False,
         "operation_spans": False,
     }
+    # No docs pages; the schema maps every admin endpoint, so by default only an admin may read it.
+    public_schema = settings.server.openapi is OpenApiExposure.PUBLIC
     app = FastAPI(
-        title="agent-gateway", lifespan=lifespan, docs_url=None, redoc_url=None, telemetry=no_fastapi_telemetry
+        title="agent-gateway",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url="/openapi.json" if public_schema else None,
+        telemetry=no_fastapi_telemetry,
     )
-    openai_api = OpenAIApi(pipeline, authenticator, sessions, model_names, settings.server.max_body_bytes)
+    openai_api = OpenAIApi(pipeline, authenticator, sessions, tenancy, settings.server.max_body_bytes)
     app.router.routes.extend(openai_api.routes())
     if sessions is not None:
         app.router.routes.extend(SessionsApi(sessions, authenticator).routes())
     app.router.routes.extend(HealthApi(router, store, settings.quota.on_store_error).routes())
     app.router.routes.extend(MetricsApi(telemetry.registry).routes())
-    app.include_router(build_admin_router(authenticator, keys, store))
+    app.include_router(build_admin_router(authenticator, keys, store, settings.audit.hmac_key.encode()))
     app.include_router(build_approvals_router(authenticator, approvals, policies))
-    app.include_router(build_releases_router(authenticator, releases))
+    app.include_router(build_releases_router(authenticator, releases, tenancy, settings.releases.file_roots))
     app.router.routes.extend(admin_page_routes())
+    if settings.server.openapi is OpenApiExposure.ADMIN:
+        app.router.routes.extend(openapi_routes(app, authenticator))
     install_error_handlers(app)
     app.state.router = router
     app.state.quota = quota

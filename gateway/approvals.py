@@ -99,7 +99,13 @@ class ApprovalService:
         }
         if approve:
             decision["token"] = issue_approval_token(
-                self._secret, record["id"], record["tool"], record["arguments_sha256"], record["expires_at"]
+                self._secret,
+                record["id"],
+                record["tool"],
+                record["arguments_sha256"],
+                record["expires_at"],
+                key_id=record["key_id"],
+                tenant=record["tenant"],
             )
         won, current = await self._store.approval_decide(record["tenant"], approval_id, decision)
         if not won:

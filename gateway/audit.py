@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import hmac
 import logging
 import time
 from collections import deque
@@ -34,22 +35,31 @@ log = logging.getLogger(__name__)
 _PAGE = 1000
 
 
+MAC = "hmac-sha256"  # the `mac` field of a record whose hash is an HMAC under `audit.hmac_key`
+
+
 def canonical(record: dict[str, Any]) -> bytes:
     return orjson.dumps(record, option=orjson.OPT_SORT_KEYS)
 
 
-def record_hash(record: dict[str, Any]) -> str:
-    return hashlib.sha256(canonical({k: v for k, v in record.items() if k != "hash"})).hexdigest()
+def record_hash(record: dict[str, Any], key: bytes = b"") -> str:
+    body = canonical({k: v for k, v in record.items() if k != "hash"})
+    if record.get("mac") == MAC:
+        return hmac.new(key, body, hashlib.sha256).hexdigest()
+    return hashlib.sha256(body).hexdigest()
 
 
-def chain(head: AuditHead, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Link record bodies onto `head`: number them and hash each onto its predecessor."""
+def chain(head: AuditHead, bodies: list[dict[str, Any]], key: bytes = b"") -> list[dict[str, Any]]:
+    """Link record bodies onto `head`: number them and hash each onto its predecessor (an HMAC
+    under `key` when one is given, so that nobody without the key can re-hash an edited chain)."""
     chained = []
     seq, prev = head.seq, head.hash
     for body in bodies:
         seq += 1
         record = {**body, "seq": seq, "prev": prev}
-        record["hash"] = prev = record_hash(record)
+        if key:
+            record["mac"] = MAC
+        record["hash"] = prev = record_hash(record, key)
         chained.append(record)
     return chained
 
@@ -62,26 +72,58 @@ class Verdict:
     reason: str = ""
 
 
-def verify_records(records: list[dict[str, Any]], start: AuditHead) -> Verdict:
+def verify_records(records: list[dict[str, Any]], start: AuditHead, key: bytes = b"") -> Verdict:
     """Check that `records` continue the chain from `start`; name the first record that does not."""
     seq, prev = start.seq, start.hash
     for checked, record in enumerate(records):
         seq += 1
-        problem = _problem(record, seq, prev)
+        problem = _problem(record, seq, prev, key)
         if problem:
             return Verdict(False, checked, first_bad_seq=seq, reason=problem)
         prev = record["hash"]
     return Verdict(True, len(records))
 
 
-def _problem(record: dict[str, Any], seq: int, prev: str) -> str:
+def _problem(record: dict[str, Any], seq: int, prev: str, key: bytes) -> str:
     if record.get("seq") != seq:
         return f"expected seq {seq}, found {record.get('seq')} (a record was deleted, inserted or moved)"
     if record.get("prev") != prev:
         return "does not link to the previous record (a record before it was changed, deleted or moved)"
-    if record_hash(record) != record.get("hash"):
+    keyed = record.get("mac") == MAC
+    if key and not keyed:
+        return "the record is not keyed, but audit.hmac_key is set: every record must carry an HMAC"
+    if keyed and not key:
+        return "the record is keyed with an HMAC: verify with audit.hmac_key (or GATEWAY_AUDIT_KEY) set"
+    if not hmac.compare_digest(record_hash(record, key), str(record.get("hash"))):
         return "its content does not match its hash (the record was edited)"
     return ""
+
+
+def head_mark(head: AuditHead, key: bytes = b"") -> dict[str, Any]:
+    """The chain's head as a mark to keep outside the store; signed when there is a key."""
+    return {"seq": head.seq, "hash": head.hash, "sig": _sign(head, key) if key else ""}
+
+
+def _sign(head: AuditHead, key: bytes) -> str:
+    return hmac.new(key, f"{head.seq}:{head.hash}".encode(), hashlib.sha256).hexdigest()
+
+
+def check_head(mark: dict[str, Any], records: list[dict[str, Any]], anchor: AuditHead, key: bytes = b"") -> Verdict:
+    """Does the chain (records after `anchor`) still reach `mark` and hold it? Catches truncation."""
+    try:
+        head = AuditHead(int(mark["seq"]), str(mark["hash"]))
+    except (KeyError, TypeError, ValueError):
+        return Verdict(False, len(records), reason="the head mark is not a {seq, hash, sig} object")
+    if key and not hmac.compare_digest(_sign(head, key), str(mark.get("sig", ""))):
+        return Verdict(False, len(records), reason="the head mark's signature does not match audit.hmac_key")
+    last = AuditHead(int(records[-1]["seq"]), str(records[-1]["hash"])) if records else anchor
+    if head.seq > last.seq:
+        reason = f"the chain ends at seq {last.seq} but its head mark says seq {head.seq}: records were truncated"
+        return Verdict(False, len(records), first_bad_seq=last.seq + 1, reason=reason)
+    held = anchor.hash if head.seq == anchor.seq else next((r["hash"] for r in records if r["seq"] == head.seq), None)
+    if head.seq >= anchor.seq and held != head.hash:
+        return Verdict(False, len(records), first_bad_seq=head.seq, reason="the record at the head mark was replaced")
+    return Verdict(True, len(records))
 
 
 async def iterate(store: Store, first_seq: int = 1) -> AsyncIterator[dict[str, Any]]:
@@ -95,10 +137,16 @@ async def iterate(store: Store, first_seq: int = 1) -> AsyncIterator[dict[str, A
         seq = int(page[-1]["seq"]) + 1
 
 
-async def verify_store(store: Store) -> Verdict:
+async def verify_store(store: Store, key: bytes = b"") -> Verdict:
+    """The chain from the anchor, and that it still reaches the store's head mark (read first, so
+    records appended meanwhile only make the chain longer)."""
+    head = await store.audit_head()
     anchor = await store.audit_anchor()
     records = [r async for r in iterate(store, anchor.seq + 1)]
-    return verify_records(records, anchor)
+    verdict = verify_records(records, anchor, key)
+    if not verdict.ok:
+        return verdict
+    return check_head(head_mark(head, key), records, anchor, key)
 
 
 class AuditWriter:
@@ -110,8 +158,10 @@ class AuditWriter:
         batch_size: int,
         flush_interval_s: float,
         clock: Callable[[], float] = time.time,
+        hmac_key: bytes = b"",
     ) -> None:
         self._store = store
+        self._hmac_key = hmac_key
         self._room = asyncio.Semaphore(queue_size)
         self._pending: deque[dict[str, Any]] = deque()
         self._batch_size = batch_size
@@ -177,7 +227,7 @@ class AuditWriter:
         bodies = [self._pending[i] for i in range(min(self._batch_size, len(self._pending)))]
         while True:
             head = self._head if self._head is not None else await self._store.audit_head()
-            records = chain(head, bodies)
+            records = chain(head, bodies, self._hmac_key)
             if await self._store.audit_append(head, records):
                 self._head = AuditHead(records[-1]["seq"], records[-1]["hash"])
                 break

@@ -13,6 +13,7 @@ import base64
 import contextlib
 import hashlib
 import hmac
+import re
 import secrets
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping
@@ -34,6 +35,24 @@ def new_secret() -> str:
     return SECRET_PREFIX + raw
 
 
+_BASE64URL = re.compile(r"^[A-Za-z0-9_-]*$")
+KEY_SHAPE = (
+    f"'{SECRET_PREFIX}' followed by {_SECRET_LENGTH - len(SECRET_PREFIX)} base64url characters (A-Z a-z 0-9 - _)"
+)
+
+
+def secret_problem(secret: str) -> str | None:
+    """What makes `secret` unusable as a key, in words (never echoing it), or None."""
+    body = secret.removeprefix(SECRET_PREFIX)
+    if not secret.startswith(SECRET_PREFIX):
+        return f"it does not start with '{SECRET_PREFIX}'"
+    if not _BASE64URL.match(body):
+        return "it contains characters other than base64url (A-Z a-z 0-9 - _), or whitespace"
+    if len(secret) != _SECRET_LENGTH:
+        return f"it has {len(body)} characters after '{SECRET_PREFIX}', not {_SECRET_LENGTH - len(SECRET_PREFIX)}"
+    return None
+
+
 def digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
@@ -45,6 +64,7 @@ def principal_of(record: KeyRecord) -> Principal:
         scopes=frozenset(record.scopes),
         models=frozenset(record.models),
         limits=record.limits,
+        all_tenants=Scope.PLATFORM.value in record.scopes,
     )
 
 

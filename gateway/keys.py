@@ -16,7 +16,7 @@ from typing import Any
 
 from gateway.audit import AuditWriter
 from gateway.auth import digest, new_secret
-from gateway.errors import InvalidRequest, NotFound
+from gateway.errors import InvalidRequest, NotFound, PermissionDenied
 from gateway.principal import Principal, Scope
 from gateway.store.base import KeyRecord, Limits, Store
 
@@ -68,6 +68,11 @@ class KeyService:
             raise InvalidRequest(f"unknown scopes: {', '.join(unknown)}", param="scopes")
         if not new.name or not new.tenant:
             raise InvalidRequest("a key needs a name and a tenant", param="name" if not new.name else "tenant")
+        # What the new key leaves open it inherits from its creator: a narrow admin's keys are as narrow.
+        new = dataclasses.replace(
+            new, models=new.models or tuple(sorted(actor.models)), limits=_inherit(new.limits, actor.limits)
+        )
+        _require_within(actor, new.scopes, new.models, new.limits)
         secret = new_secret()
         record = KeyRecord(
             id=f"key_{secrets.token_hex(8)}",
@@ -97,7 +102,7 @@ class KeyService:
         return record
 
     async def revoke(self, actor: Principal, key_id: str, reason: str = "") -> KeyRecord:
-        before = await self.get(actor, key_id)
+        before = await self._manageable(actor, key_id)
         if before.revoked_at is not None:
             return before  # idempotent: revoking twice changes nothing and records nothing
         after = dataclasses.replace(before, revoked_at=self._clock())
@@ -108,7 +113,7 @@ class KeyService:
 
     async def rotate(self, actor: Principal, key_id: str) -> IssuedKey:
         """A new secret for the same key id, limits and scopes; the old secret stops working."""
-        before = await self.get(actor, key_id)
+        before = await self._manageable(actor, key_id)
         if before.revoked_at is not None:
             raise InvalidRequest(f"key '{key_id}' is revoked; create a new one", param="key_id")
         secret = new_secret()
@@ -117,6 +122,12 @@ class KeyService:
         self._changed(before.digest)
         await self._record(actor, "key.rotate", after, public_view(before), public_view(after))
         return IssuedKey(after, secret)
+
+    async def _manageable(self, actor: Principal, key_id: str) -> KeyRecord:
+        """A key the actor may revoke or rotate: rotating hands out its secret, so never a wider one."""
+        record = await self.get(actor, key_id)
+        _require_within(actor, record.scopes, record.models, record.limits)
+        return record
 
     def _changed(self, old_digest: str) -> None:
         if self._on_change is not None:
@@ -143,3 +154,28 @@ class KeyService:
                 "reason": reason,
             }
         )
+
+
+_LIMIT_NAMES = ("rpm", "tpm", "max_concurrency", "daily_tokens")
+
+
+def _inherit(asked: Limits, actor: Limits) -> Limits:
+    return Limits(
+        **{
+            name: getattr(asked, name) if getattr(asked, name) is not None else getattr(actor, name)
+            for name in _LIMIT_NAMES
+        }
+    )
+
+
+def _require_within(actor: Principal, scopes: Sequence[str], models: Sequence[str], limits: Limits) -> None:
+    """A key never grants more than the key acting on it holds: scopes, models and every limit."""
+    wider = sorted(set(scopes) - actor.scopes)
+    if wider:
+        raise PermissionDenied(f"this key cannot grant scopes it does not hold: {', '.join(wider)}")
+    if actor.models and (not models or not set(models) <= actor.models):
+        raise PermissionDenied(f"this key can only grant its own models: {', '.join(sorted(actor.models))}")
+    for name in _LIMIT_NAMES:
+        own, asked = getattr(actor.limits, name), getattr(limits, name)
+        if own is not None and (asked is None or asked > own):
+            raise PermissionDenied(f"this key can only grant {name} up to its own {own}")

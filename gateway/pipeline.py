@@ -22,6 +22,7 @@ from gateway.errors import ModelNotFound
 from gateway.principal import Principal
 from gateway.request_trace import RequestTrace
 from gateway.routing.router import RouteLog, Router
+from gateway.tenancy import ModelTenancy
 
 Handler = Callable[["RequestContext"], AsyncGenerator[Chunk, None]]
 
@@ -45,6 +46,8 @@ class RequestContext:
     ttft_s: float | None = None
     principal: Principal | None = None
     session_id: str | None = None
+    session_owner: str | None = None  # the key id owning the session (None: this request's key)
+    session_shared: bool = False  # the session is open to every key of its tenant
     estimated_prompt_tokens: int = 0
     quota_note: str | None = None  # set when quotas were not enforced (store down, fail-open)
     response_headers: dict[str, str] = field(default_factory=dict)
@@ -81,11 +84,12 @@ class ResolveModel:
     other tenants have.
     """
 
-    def __init__(self, models: Sequence[str]) -> None:
-        self._models = frozenset(models)
+    def __init__(self, tenancy: ModelTenancy) -> None:
+        self._tenancy = tenancy
 
     async def __call__(self, ctx: RequestContext, call_next: Handler) -> AsyncGenerator[Chunk, None]:
-        if ctx.model not in self._models or (ctx.principal is not None and not ctx.principal.may_use(ctx.model)):
+        known = self._tenancy.known(ctx.model)
+        if not known or (ctx.principal is not None and not self._tenancy.may_use(ctx.principal, ctx.model)):
             raise ModelNotFound(f"The model '{ctx.model}' does not exist", param="model")
         async with contextlib.aclosing(call_next(ctx)) as chunks:
             async for chunk in chunks:

@@ -14,6 +14,7 @@ class Scope(StrEnum):
     ADMIN = "admin"  # manage keys and releases
     APPROVER = "approver"  # decide tool approvals
     AUDIT = "audit"  # read the audit log
+    PLATFORM = "platform"  # every tenant: shared models' releases, the policy file, the whole audit chain
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +26,7 @@ class Principal:
     scopes: frozenset[str]
     models: frozenset[str]  # empty: every model
     limits: Limits
-    all_tenants: bool = False  # only the bootstrap admin
+    all_tenants: bool = False  # a platform admin: the bootstrap key, the CLI operator, a `platform` key
 
     def require(self, scope: Scope) -> None:
         if scope.value not in self.scopes:

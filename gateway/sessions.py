@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 
 SESSION_HEADER = "x-session-id"
 APPEND_HEADER = "x-session-append"
+SHARE_HEADER = "x-session-share"  # "tenant": every key of the tenant may use it; "key" (default): its key only
 _VALID_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _PAGE = 500
 _TAIL_POLL_S = 0.05
@@ -53,6 +54,21 @@ def session_id_from(headers: Mapping[str, str]) -> str:
     if not _VALID_ID.match(given):
         raise InvalidRequest("X-Session-Id must be 1-128 characters of A-Z a-z 0-9 . _ : -", param="X-Session-Id")
     return given
+
+
+def may_open(principal: Principal, state: Mapping[str, Any]) -> bool:
+    """A session belongs to the key that created it, unless that key shared it with its tenant (the
+    store keys sessions by tenant, so "shared" never reaches past the tenant)."""
+    return state.get("key_id") == principal.key_id or state.get("shared") is True
+
+
+def _share_from(headers: Mapping[str, str]) -> bool | None:
+    given = headers.get(SHARE_HEADER)
+    if given is None:
+        return None
+    if given not in ("tenant", "key"):
+        raise InvalidRequest("X-Session-Share must be 'tenant' or 'key'", param="X-Session-Share")
+    return given == "tenant"
 
 
 @dataclass
@@ -180,10 +196,10 @@ class SessionManager:
         """Frames after `after_seq` of a session's latest response: from memory if this replica
         is streaming it, else from the checkpoint, taking the session over if its owner died."""
         live = self._live.get((principal.tenant, session_id))
-        if live is not None:
+        if live is not None and may_open(principal, live.state):
             return self.frames(live, after_seq)
         state = await self._store.session_load(principal.tenant, session_id)
-        if state is None or "body" not in state:
+        if state is None or "body" not in state or not may_open(principal, state):
             raise NotFound(f"session '{session_id}' not found")
         if state.get("status") != "streaming" and not await self._store.session_events(
             principal.tenant, session_id, 0, 1
@@ -253,7 +269,7 @@ class SessionManager:
 
     async def transcript(self, principal: Principal, session_id: str) -> dict[str, Any]:
         state = await self._store.session_load(principal.tenant, session_id)
-        if state is None:
+        if state is None or not may_open(principal, state):
             raise NotFound(f"session '{session_id}' not found")
         return {
             "id": session_id,
@@ -263,6 +279,10 @@ class SessionManager:
         }
 
     async def delete(self, principal: Principal, session_id: str) -> None:
+        live = self._live.get((principal.tenant, session_id))
+        state = live.state if live is not None else await self._store.session_load(principal.tenant, session_id)
+        if state is not None and not may_open(principal, state):
+            raise NotFound(f"session '{session_id}' not found")
         live = self._live.pop((principal.tenant, session_id), None)
         if live is not None and live.producer is not None:
             live.producer.cancel()
@@ -345,7 +365,8 @@ def _state_of(ctx: RequestContext, owner: str) -> dict[str, Any]:
         "completion_id": ctx.completion_id,
         "created": ctx.created,
         "include_usage": ctx.include_usage,
-        "key_id": ctx.principal.key_id if ctx.principal else None,
+        "key_id": ctx.session_owner or (ctx.principal.key_id if ctx.principal else None),
+        "shared": ctx.session_shared,
         "status": "streaming",
         "owner": owner,
         "release": ctx.release,
@@ -362,6 +383,7 @@ class AssignSession:
 
     async def __call__(self, ctx: RequestContext, call_next: Handler) -> AsyncGenerator[Chunk, None]:
         ctx.session_id = session_id_from(ctx.headers)
+        ctx.session_shared = bool(_share_from(ctx.headers))
         ctx.response_headers["X-Session-Id"] = ctx.session_id
         async with contextlib.aclosing(call_next(ctx)) as chunks:
             async for chunk in chunks:
@@ -370,16 +392,29 @@ class AssignSession:
 
 class AppendHistory:
     """Stateful conversations, opt-in with `X-Session-Append: true`: the client sends only its new
-    messages, and the session's transcript is put in front of them."""
+    messages, and the session's transcript is put in front of them. A request naming an existing
+    session must be allowed to open it (`may_open`), appending or not: a new response replaces
+    the session's stream, so it is a write."""
 
     def __init__(self, store: Store) -> None:
         self._store = store
 
     async def __call__(self, ctx: RequestContext, call_next: Handler) -> AsyncGenerator[Chunk, None]:
-        if ctx.headers.get(APPEND_HEADER, "").lower() == "true" and ctx.principal is not None:
+        append = ctx.headers.get(APPEND_HEADER, "").lower() == "true"
+        if ctx.principal is not None and (append or SESSION_HEADER in ctx.headers):
             state = await self._store.session_load(ctx.principal.tenant, ctx.session_id or "")
-            history = state.get("transcript", []) if state else []
-            ctx.body = {**ctx.body, "messages": [*history, *ctx.body["messages"]]}
+            if state is not None:
+                if not may_open(ctx.principal, state):
+                    raise NotFound(f"session '{ctx.session_id}' not found")
+                owner = state.get("key_id")
+                ctx.session_owner = str(owner) if owner else None
+                asked = _share_from(ctx.headers)
+                # Only the owner changes who may use the session; anyone else keeps its setting.
+                owns = owner == ctx.principal.key_id
+                ctx.session_shared = bool(asked) if owns and asked is not None else state.get("shared") is True
+            if append:
+                history = state.get("transcript", []) if state else []
+                ctx.body = {**ctx.body, "messages": [*history, *ctx.body["messages"]]}
         async with contextlib.aclosing(call_next(ctx)) as chunks:
             async for chunk in chunks:
                 yield chunk

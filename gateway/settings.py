@@ -114,6 +114,9 @@ class DeploymentSettings(Frozen):
 
 class ModelSettings(Frozen):
     name: str = Field(min_length=1)
+    # Who may use the model; empty: every tenant (a shared model, managed only by platform admins).
+    # A model whose only tenant is T is owned by T: T's admins manage its releases.
+    tenants: list[str] = Field(default_factory=list)
     strategy: Strategy | None = None
     deployments: list[DeploymentSettings] = Field(min_length=1)
 
@@ -165,10 +168,17 @@ class RoutingSettings(Frozen):
     slow: SlowDetectionSettings = SlowDetectionSettings()
 
 
+class OpenApiExposure(StrEnum):
+    ADMIN = "admin"  # GET /openapi.json with a key holding the admin scope
+    PUBLIC = "public"  # anyone who can reach the port
+    OFF = "off"  # not served
+
+
 class ServerSettings(Frozen):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
     max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
+    openapi: OpenApiExposure = OpenApiExposure.ADMIN
 
 
 class EmbeddedStoreSettings(Frozen):
@@ -189,11 +199,15 @@ class FailMode(StrEnum):
     CLOSED = "fail_closed"  # refuse with 503
 
 
+# Quota counters are Lua numbers (doubles) in Redis: a limit above 2**53 could not be counted exactly.
+MAX_LIMIT = 2**53 - 1
+
+
 class LimitSettings(Frozen):
-    rpm: int | None = Field(default=None, ge=1)
-    tpm: int | None = Field(default=None, ge=1)
-    max_concurrency: int | None = Field(default=None, ge=1)
-    daily_tokens: int | None = Field(default=None, ge=1)
+    rpm: int | None = Field(default=None, ge=1, le=MAX_LIMIT)
+    tpm: int | None = Field(default=None, ge=1, le=MAX_LIMIT)
+    max_concurrency: int | None = Field(default=None, ge=1, le=MAX_LIMIT)
+    daily_tokens: int | None = Field(default=None, ge=1, le=MAX_LIMIT)
 
 
 class AuthSettings(Frozen):
@@ -212,6 +226,10 @@ class QuotaSettings(Frozen):
 
 class AuditSettings(Frozen):
     capture: bool = Field(default=False, description="store prompts and completions (secrets redacted)")
+    # Keys the chain: each record's hash becomes an HMAC, so nobody with write access to the store
+    # but not this key can re-hash an edited chain. Keep it out of the store and the file:
+    # `hmac_key: ${GATEWAY_AUDIT_KEY}`. Empty: plain SHA-256 (tamper-evident, not tamper-proof).
+    hmac_key: str = Field(default="", pattern=r"^(|.{32,})$", description="empty or at least 32 characters")
     queue_size: int = Field(default=10_000, ge=1)
     batch_size: int = Field(default=200, ge=1)
     flush_interval_s: Seconds = 0.05
@@ -257,6 +275,9 @@ class TelemetrySettings(Frozen):
 
 class ReleaseSettings(Frozen):
     checkpoint_registry: Path | None = Field(default=None, description="root of `gateway checkpoints` registry")
+    # Directories whose files (eval sets, smoke samples) a release made through the admin API may
+    # name; empty: the API names no files (the CLI, run by the operator, is not restricted).
+    file_roots: list[Path] = Field(default_factory=list)
     watch_interval_s: Seconds = Field(default=0.25, description="how fast a switch reaches every replica")
 
 

@@ -24,6 +24,7 @@ from gateway.audit import AuditWriter
 from gateway.backends.base import Chunk, ToolCallDelta
 from gateway.errors import InvalidRequest, NotFound, PermissionDenied
 from gateway.pipeline import Handler, RequestContext
+from gateway.principal import Principal
 from policies import (
     Allow,
     ApprovalMode,
@@ -125,10 +126,13 @@ class ToolPolicy:
         forced = engine.tool_choice_target(ctx.body.get("tool_choice"))
         if forced is not None and not engine.may_use(policy, forced):
             raise PermissionDenied(f"tool_choice names '{forced}', which this key may not use")
-        self._check_tool_results(body.get("messages", []), engine, policy)
+        assert ctx.principal is not None
+        self._check_tool_results(body.get("messages", []), engine, policy, ctx.principal)
         ctx.body = body
 
-    def _check_tool_results(self, messages: list[dict[str, Any]], engine: PolicyEngine, policy: Policy | None) -> None:
+    def _check_tool_results(
+        self, messages: list[dict[str, Any]], engine: PolicyEngine, policy: Policy | None, caller: Principal
+    ) -> None:
         calls = {
             call.get("id"): call
             for message in messages
@@ -149,14 +153,17 @@ class ToolPolicy:
             if isinstance(decision, Deny):
                 raise InvalidRequest(f"{param} is the result of '{name}', which this key may not use", param=param)
             if isinstance(decision, NeedsApproval):
-                self._check_approved(call, name, arguments, param)
+                self._check_approved(call, name, arguments, param, caller)
 
-    def _check_approved(self, call: dict[str, Any], name: str, arguments: str, param: str) -> None:
+    def _check_approved(self, call: dict[str, Any], name: str, arguments: str, param: str, caller: Principal) -> None:
         token = call.get("approval_token")
         if not isinstance(token, str):
             raise InvalidRequest(f"{param} is the result of '{name}', which was never approved", param=param)
         try:
-            verify_approval_token(token, self._approvals.secret, name, arguments)
+            # Only a token issued to this key vouches for its conversation (a token can be seen elsewhere).
+            verify_approval_token(
+                token, self._approvals.secret, name, arguments, key_id=caller.key_id, tenant=caller.tenant
+            )
         except InvalidApprovalToken as error:
             raise InvalidRequest(
                 f"{param}: the approval of '{name}' does not check out ({error})", param=param

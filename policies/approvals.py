@@ -1,10 +1,11 @@
 """Approval tokens: proof, checkable by a tool server, that a person approved exactly this call.
 
 When a person approves a high-risk call, the gateway issues a token naming the approval, the tool,
-a hash of the arguments and an expiry, signed with HMAC-SHA256 under a secret it shares with the
-tool server. Before running the call, the tool server checks it with verify_approval_token() and
-nothing but that secret: a token for other arguments, another tool, past its expiry, or not signed
-with the secret is refused.
+a hash of the arguments, an expiry and the key and tenant that requested the call, signed with
+HMAC-SHA256 under a secret it shares with the tool server. Before running the call, the tool
+server checks it with verify_approval_token() and nothing but that secret: a token for other
+arguments, another tool, past its expiry, or not signed with the secret is refused; given the
+caller's key id and tenant, so is a token issued to another key.
 
 Format: `base64url(claims JSON) "." base64url(MAC)`, unpadded. The MAC covers a label naming this
 token kind and version, then the encoded claims exactly as sent, so the claims are only parsed once
@@ -30,19 +31,19 @@ import orjson
 
 from policies.arguments import MalformedArguments, canonical_json, parse_arguments_json
 
-TOKEN_VERSION = 1
+TOKEN_VERSION = 2  # v2 binds the token to the requesting key and tenant; v1 tokens are refused
 # Keeps a MAC made with this secret for another purpose from ever passing as an approval.
-_MAC_LABEL = b"agent-gateway approval token v1\n"
+_MAC_LABEL = b"agent-gateway approval token v2\n"
 MIN_SECRET_BYTES = 16
 _MAX_TOKEN_CHARS = 4096
 _BASE64URL = re.compile(r"[A-Za-z0-9_-]+")
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
-_CLAIM_KEYS = frozenset({"v", "id", "tool", "args", "exp"})
+_CLAIM_KEYS = frozenset({"v", "id", "tool", "args", "exp", "key", "tenant"})
 
 
 class InvalidApprovalToken(Exception):
     """The token does not approve this call. `code`: malformed, bad_mac, expired, wrong_tool,
-    arguments_changed."""
+    arguments_changed, wrong_requester."""
 
     def __init__(self, reason: str, code: str = "malformed") -> None:
         super().__init__(reason)
@@ -58,6 +59,8 @@ class ApprovalClaims:
     tool: str
     arguments_sha256: str
     expires_at: float
+    key_id: str = ""  # the key that requested the call: only its conversation may use the result
+    tenant: str = ""
 
 
 def arguments_sha256(arguments_json: str) -> str:
@@ -92,14 +95,32 @@ def _b64decode(text: str) -> bytes:
     return data
 
 
-def issue_approval_token(secret: bytes, approval_id: str, tool: str, arguments_sha256: str, expires_at: float) -> str:
-    """Sign an approval of `tool` with the arguments whose arguments_sha256() is given, until `expires_at`."""
+def issue_approval_token(
+    secret: bytes,
+    approval_id: str,
+    tool: str,
+    arguments_sha256: str,
+    expires_at: float,
+    *,
+    key_id: str = "",
+    tenant: str = "",
+) -> str:
+    """Sign an approval of `tool` with the arguments whose arguments_sha256() is given, until
+    `expires_at`, for the call requested by `key_id` of `tenant`."""
     _check_secret(secret)
     if not _SHA256_HEX.fullmatch(arguments_sha256):
         raise ValueError("arguments_sha256 must be the hex digest from arguments_sha256()")
     if isinstance(expires_at, bool) or not isinstance(expires_at, int | float) or not math.isfinite(expires_at):
         raise ValueError("expires_at must be a finite Unix time")
-    claims = {"v": TOKEN_VERSION, "id": approval_id, "tool": tool, "args": arguments_sha256, "exp": expires_at}
+    claims = {
+        "v": TOKEN_VERSION,
+        "id": approval_id,
+        "tool": tool,
+        "args": arguments_sha256,
+        "exp": expires_at,
+        "key": key_id,
+        "tenant": tenant,
+    }
     encoded = _b64encode(orjson.dumps(claims, option=orjson.OPT_SORT_KEYS))
     return f"{encoded}.{_b64encode(_mac(secret, encoded))}"
 
@@ -127,17 +148,28 @@ def _typed_claims(raw: Any) -> ApprovalClaims:
         raise InvalidApprovalToken("malformed token: unexpected claims")
     approval_id, tool, digest, expires_at = raw["id"], raw["tool"], raw["args"], raw["exp"]
     valid_expiry = isinstance(expires_at, int | float) and not isinstance(expires_at, bool)
-    if not (isinstance(approval_id, str) and isinstance(tool, str) and isinstance(digest, str) and valid_expiry):
+    strings = (approval_id, tool, digest, raw["key"], raw["tenant"])
+    if not (all(isinstance(value, str) for value in strings) and valid_expiry):
         raise InvalidApprovalToken("malformed token: unexpected claims")
-    return ApprovalClaims(approval_id, tool, digest, float(expires_at))
+    return ApprovalClaims(approval_id, tool, digest, float(expires_at), raw["key"], raw["tenant"])
 
 
 def verify_approval_token(
-    token: str, secret: bytes, tool: str, arguments_json: str, now: float | None = None
+    token: str,
+    secret: bytes,
+    tool: str,
+    arguments_json: str,
+    now: float | None = None,
+    *,
+    key_id: str | None = None,
+    tenant: str | None = None,
 ) -> ApprovalClaims:
-    """Check that `token` approves calling `tool` with `arguments_json`, now; raise InvalidApprovalToken if not."""
+    """Check that `token` approves calling `tool` with `arguments_json`, now, (when given) for the
+    call of `key_id` of `tenant`; raise InvalidApprovalToken if not."""
     _check_secret(secret)
     claims = _typed_claims(_signed_claims(token, secret))
+    if (key_id is not None and claims.key_id != key_id) or (tenant is not None and claims.tenant != tenant):
+        raise InvalidApprovalToken("approval was issued to another key", "wrong_requester")
     current = time.time() if now is None else now
     if current >= claims.expires_at:
         raise InvalidApprovalToken("approval expired", "expired")

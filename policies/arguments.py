@@ -2,8 +2,8 @@
 
 The gateway checks a call's arguments, but the tool server later runs them through its own JSON
 parser. Anything two parsers may read differently is therefore refused here instead of being
-interpreted: duplicate keys (some parsers keep the first, most keep the last), integers outside
-64 bits (silently rounded by many), NaN/Infinity and lone surrogates (not JSON at all). What is
+interpreted: duplicate keys (some parsers keep the first, most keep the last), integers beyond
++-(2^53 - 1) (silently rounded by parsers that use doubles), NaN/Infinity and lone surrogates (not JSON at all). What is
 accepted has exactly one meaning, so checking it and hashing it are checking what will run.
 
 Argument schemas are JSON Schema Draft 2020-12. References must stay inside the schema: a remote
@@ -26,10 +26,14 @@ from referencing import Registry
 from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
 
+from policies import formats
+
 Loc = tuple[str | int, ...]
 
-_INT_MIN = -(2**63)
-_INT_MAX = 2**64 - 1
+# The integers every JSON parser reads exactly: many (JavaScript's, Python's float path, Go's
+# float64 default) hold numbers as IEEE doubles and round anything larger without a word.
+_INT_MIN = -(2**53 - 1)
+_INT_MAX = 2**53 - 1
 _DRAFT_2020_12_URIS = ("https://json-schema.org/draft/2020-12/schema", "https://json-schema.org/draft/2020-12/schema#")
 # Keywords whose values are data, not subschemas: a `"$ref"` key inside an enum value is not a reference.
 _DATA_KEYWORDS = frozenset({"enum", "const", "default", "examples"})
@@ -52,7 +56,9 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 def _bounded_int(literal: str) -> int:
     value = int(literal)
     if not _INT_MIN <= value <= _INT_MAX:
-        raise MalformedArguments(f"integer {_clip(literal)} is outside the 64-bit range")
+        raise MalformedArguments(
+            f"integer {_clip(literal)} is outside +-(2^53 - 1), the range every JSON parser reads exactly"
+        )
     return value
 
 
@@ -121,7 +127,25 @@ def schema_problems(schema: Mapping[str, Any]) -> list[tuple[Loc, str]]:
     error = best_match(meta.iter_errors(schema))
     if error is not None:
         return [(tuple(error.absolute_path), error.message)]
-    return _reference_problems(schema)
+    return _reference_problems(schema) + _format_problems(schema, ())
+
+
+def _format_problems(node: Any, loc: Loc) -> list[tuple[Loc, str]]:
+    """A `format` the gateway does not check would look like a rule and enforce nothing."""
+    problems: list[tuple[Loc, str]] = []
+    if isinstance(node, dict):
+        for key, child in node.items():
+            if key == "format" and isinstance(child, str) and child not in formats.SUPPORTED:
+                supported = ", ".join(sorted(formats.SUPPORTED))
+                problems.append(
+                    ((*loc, key), f"format {child!r} is not checked by the gateway (it checks {supported})")
+                )
+            elif key not in _DATA_KEYWORDS:
+                problems += _format_problems(child, (*loc, key))
+    elif isinstance(node, list):
+        for index, child in enumerate(node):
+            problems += _format_problems(child, (*loc, index))
+    return problems
 
 
 def ecma_anchors(pattern: str) -> str:
@@ -163,7 +187,7 @@ def compile_validator(schema: Mapping[str, Any]) -> Validator:
 
     # The stubs leave extend() untyped; it returns a validator class.
     validator_class: type[Validator] = extend(Draft202012Validator, {"pattern": pattern})  # type: ignore[no-untyped-call]
-    validator: Validator = validator_class(dict(schema), registry=Registry())
+    validator: Validator = validator_class(dict(schema), registry=Registry(), format_checker=formats.CHECKER)
     return validator
 
 

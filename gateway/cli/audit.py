@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Any
 import click
 import orjson
 
-from gateway.audit import Verdict, canonical, iterate, verify_records
+from gateway.audit import Verdict, canonical, check_head, head_mark, iterate, verify_records
 from gateway.cli.context import CliContext, config_option, run
 from gateway.store.base import AuditHead
 
@@ -45,8 +46,17 @@ def audit_group() -> None:
     """Verify, export and archive the hash-chained audit log."""
 
 
+_KEY_ENV = "GATEWAY_AUDIT_KEY"
+
+
 @audit_group.command("verify")
-@config_option
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="the gateway config whose store to verify (and whose audit.hmac_key to use)",
+)
 @click.option(
     "--archive",
     "archives",
@@ -54,18 +64,47 @@ def audit_group() -> None:
     type=click.Path(path_type=Path, exists=True, dir_okay=False),
     help="archived records (oldest first) to verify in front of the store's records",
 )
-def verify_command(config_path: Path, archives: tuple[Path, ...]) -> None:
-    """Recompute the chain; name the first changed, deleted, inserted or reordered record."""
+@click.option(
+    "--file",
+    "files",
+    multiple=True,
+    type=click.Path(path_type=Path, exists=True, dir_okay=False),
+    help="an exported or archived JSONL file to verify on its own (no store needed)",
+)
+@click.option(
+    "--head",
+    "head_path",
+    type=click.Path(path_type=Path, exists=True, dir_okay=False),
+    default=None,
+    help="a head mark printed earlier by `gateway audit head` and kept outside the store",
+)
+def verify_command(
+    config_path: Path | None, archives: tuple[Path, ...], files: tuple[Path, ...], head_path: Path | None
+) -> None:
+    """Recompute the chain; name the first changed, deleted, inserted, reordered or truncated record.
 
-    async def work(ctx: CliContext) -> tuple[list[dict[str, Any]], AuditHead]:
+    With a keyed chain the key is the config's audit.hmac_key, or GATEWAY_AUDIT_KEY without --config."""
+    key = _audit_key(config_path)
+    for path in files:
+        records = _read_archive(path)
+        # A file may start anywhere in the chain: its first record says where it links on.
+        start = AuditHead(int(records[0]["seq"]) - 1, str(records[0]["prev"])) if records else AuditHead(0, "")
+        _report(verify_records(records, start, key), str(path))
+    if config_path is None:
+        if not files:
+            raise click.UsageError("name a store with --config, or files with --file")
+        return
+
+    async def work(ctx: CliContext) -> tuple[list[dict[str, Any]], AuditHead, AuditHead]:
+        head = await ctx.store.audit_head()  # first: records appended meanwhile only add to the chain
         anchor = await ctx.store.audit_anchor()
-        return [r async for r in iterate(ctx.store, anchor.seq + 1)], anchor
+        return [r async for r in iterate(ctx.store, anchor.seq + 1)], anchor, head
 
-    records, anchor = run(config_path, work)
+    records, anchor, head = run(config_path, work)
     start = AuditHead(0, "")
     if archives:
         archived = [r for path in archives for r in _read_archive(path)]
-        _report(verify_records(archived, start), "archive")
+        _report(verify_records(archived, start, key), "archive")
         if archived:
             start = AuditHead(int(archived[-1]["seq"]), str(archived[-1]["hash"]))
         if start != anchor:
@@ -73,7 +112,37 @@ def verify_command(config_path: Path, archives: tuple[Path, ...]) -> None:
             sys.exit(1)
     else:
         start = anchor
-    _report(verify_records(records, start), "store")
+    verdict = verify_records(records, start, key)
+    if verdict.ok:
+        verdict = check_head(head_mark(head, key), records, anchor, key)
+    if verdict.ok and head_path is not None:
+        try:
+            kept = orjson.loads(head_path.read_bytes())
+        except orjson.JSONDecodeError:
+            kept = None
+        verdict = check_head(kept if isinstance(kept, dict) else {}, records, anchor, key)
+    _report(verdict, "store")
+
+
+@audit_group.command("head")
+@config_option
+def head_command(config_path: Path) -> None:
+    """Print the chain's head mark (signed with audit.hmac_key when set). Keep it outside the store
+    (another machine, a ticket, a log service): `audit verify --head FILE` then catches a store whose
+    newest records were removed, even with its own head rewritten."""
+
+    async def work(ctx: CliContext) -> dict[str, Any]:
+        return head_mark(await ctx.store.audit_head(), ctx.settings.audit.hmac_key.encode())
+
+    click.echo(orjson.dumps(run(config_path, work)).decode())
+
+
+def _audit_key(config_path: Path | None) -> bytes:
+    if config_path is None:
+        return os.environ.get(_KEY_ENV, "").encode()
+    from gateway.cli.serve import load_or_exit
+
+    return load_or_exit(config_path).audit.hmac_key.encode()
 
 
 @audit_group.command("export")
@@ -111,7 +180,7 @@ def archive_command(config_path: Path, before_seq: int, out: Path) -> None:
         moved = [r async for r in iterate(ctx.store, anchor.seq + 1) if int(r["seq"]) < before_seq]
         if not moved:
             return 0
-        verdict = verify_records(moved, anchor)
+        verdict = verify_records(moved, anchor, ctx.settings.audit.hmac_key.encode())
         if not verdict.ok:
             raise click.ClickException(
                 f"refusing to archive a broken chain: seq {verdict.first_bad_seq}: {verdict.reason}"

@@ -56,7 +56,9 @@ async def cli_context(config_path: Path) -> AsyncIterator[CliContext]:
 
     settings = load_or_exit(config_path)
     store = open_store(settings.store)
-    audit = AuditWriter(store, queue_size=1000, batch_size=100, flush_interval_s=0.01)
+    audit = AuditWriter(
+        store, queue_size=1000, batch_size=100, flush_interval_s=0.01, hmac_key=settings.audit.hmac_key.encode()
+    )
     try:
         yield CliContext(settings, store, audit, operator_principal())
         await audit.flush()

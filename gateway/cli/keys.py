@@ -13,6 +13,7 @@ import orjson
 
 from gateway.cli.context import CliContext, config_option, run
 from gateway.keys import KeyService, NewKey, public_view
+from gateway.settings import MAX_LIMIT
 from gateway.store.base import KeyRecord, Limits
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
@@ -54,11 +55,11 @@ def keys_group() -> None:
 @click.option("--name", required=True)
 @click.option("--tenant", required=True)
 @click.option("--models", default="", help="comma-separated; empty: every model")
-@click.option("--scopes", default="chat", show_default=True, help="comma-separated: chat,admin,approver,audit")
-@click.option("--rpm", type=click.IntRange(min=1), default=None)
-@click.option("--tpm", type=click.IntRange(min=1), default=None)
-@click.option("--max-concurrency", type=click.IntRange(min=1), default=None)
-@click.option("--daily-tokens", type=click.IntRange(min=1), default=None)
+@click.option("--scopes", default="chat", show_default=True, help="comma-separated: chat,admin,approver,audit,platform")
+@click.option("--rpm", type=click.IntRange(min=1, max=MAX_LIMIT), default=None)
+@click.option("--tpm", type=click.IntRange(min=1, max=MAX_LIMIT), default=None)
+@click.option("--max-concurrency", type=click.IntRange(min=1, max=MAX_LIMIT), default=None)
+@click.option("--daily-tokens", type=click.IntRange(min=1, max=MAX_LIMIT), default=None)
 @click.option("--expires", default=None, help="30d, 12h, or an ISO date")
 def create_command(
     config_path: Path,
@@ -97,6 +98,14 @@ def _row(record: KeyRecord) -> str:
     )
     scopes = ",".join(record.scopes)
     return f"{record.id:<22} {record.prefix:<14} {record.tenant:<16} {record.name:<20} {scopes:<24} {state}"
+
+
+@keys_group.command("generate")
+def generate_command() -> None:
+    """Print a fresh random key (e.g. for GATEWAY_ADMIN_KEY); nothing is stored."""
+    from gateway.auth import new_secret
+
+    click.echo(new_secret())
 
 
 @keys_group.command("list")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -33,10 +34,27 @@ def serve_command(config_path: Path, host: str | None, port: int | None, log_lev
     from gateway.logging_setup import configure_logging
 
     settings = load_or_exit(config_path)
+    _check_bootstrap_key(settings)
     configure_logging(log_level)
     sock = bind(host or settings.server.host, settings.server.port if port is None else port)
     url = base_url(sock)
     serve(create_app(settings), sock, lambda: click.echo(f"gateway listening on {url}/v1", nl=True))
+
+
+def _check_bootstrap_key(settings: Settings) -> None:
+    """A malformed bootstrap key would start a gateway on which every admin call is a 401."""
+    from gateway.auth import KEY_SHAPE, secret_problem
+
+    source = "auth.admin_key" if settings.auth.admin_key else "GATEWAY_ADMIN_KEY"
+    secret = settings.auth.admin_key or os.environ.get("GATEWAY_ADMIN_KEY", "")
+    problem = secret_problem(secret) if secret else None
+    if problem:
+        click.echo(
+            f"{source} is not a valid key: {problem}. A valid key is {KEY_SHAPE}; "
+            "print a fresh one with `gateway keys generate`.",
+            err=True,
+        )
+        sys.exit(2)
 
 
 @click.group("config")

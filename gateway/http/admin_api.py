@@ -17,7 +17,11 @@ from gateway.auth import Authenticator
 from gateway.errors import PermissionDenied
 from gateway.keys import KeyService, NewKey, public_view
 from gateway.principal import Principal, Scope
+from gateway.settings import MAX_LIMIT
 from gateway.store.base import Limits, Store
+
+_MAX_EXPIRY_S = 100 * 365 * 86400
+_MAX_SEQ = 2**53  # audit sequence numbers are counted in Lua numbers (doubles)
 
 
 class CreateKeyBody(BaseModel):
@@ -27,11 +31,11 @@ class CreateKeyBody(BaseModel):
     tenant: str = Field(min_length=1, max_length=200)
     scopes: list[str] = Field(default_factory=lambda: [Scope.CHAT.value])
     models: list[str] = Field(default_factory=list)
-    rpm: int | None = Field(default=None, ge=1)
-    tpm: int | None = Field(default=None, ge=1)
-    max_concurrency: int | None = Field(default=None, ge=1)
-    daily_tokens: int | None = Field(default=None, ge=1)
-    expires_in_s: float | None = Field(default=None, gt=0)
+    rpm: int | None = Field(default=None, ge=1, le=MAX_LIMIT)
+    tpm: int | None = Field(default=None, ge=1, le=MAX_LIMIT)
+    max_concurrency: int | None = Field(default=None, ge=1, le=MAX_LIMIT)
+    daily_tokens: int | None = Field(default=None, ge=1, le=MAX_LIMIT)
+    expires_in_s: float | None = Field(default=None, gt=0, le=_MAX_EXPIRY_S)
 
 
 class RevokeBody(BaseModel):
@@ -40,7 +44,7 @@ class RevokeBody(BaseModel):
     reason: str = Field(default="", max_length=1000)
 
 
-def build_admin_router(authenticator: Authenticator, keys: KeyService, store: Store) -> APIRouter:
+def build_admin_router(authenticator: Authenticator, keys: KeyService, store: Store, audit_key: bytes) -> APIRouter:
     router = APIRouter(prefix="/admin")
 
     async def caller(request: Request) -> Principal:
@@ -86,7 +90,7 @@ def build_admin_router(authenticator: Authenticator, keys: KeyService, store: St
         kind: str | None = None,
         since: float | None = None,
         until: float | None = None,
-        after_seq: int = 0,
+        after_seq: Annotated[int, Query(ge=0, le=_MAX_SEQ)] = 0,
         limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
     ) -> dict[str, Any]:
         actor.require(Scope.AUDIT)
@@ -103,7 +107,7 @@ def build_admin_router(authenticator: Authenticator, keys: KeyService, store: St
         actor.require(Scope.AUDIT)
         if not actor.all_tenants:
             raise PermissionDenied("verifying the whole chain needs a key that sees every tenant")
-        verdict = await verify_store(store)
+        verdict = await verify_store(store, audit_key)
         return {
             "ok": verdict.ok,
             "checked": verdict.checked,

@@ -10,6 +10,7 @@ from gateway.approvals import ApprovalService
 from gateway.auth import Authenticator
 from gateway.errors import InvalidRequest, PermissionDenied
 from gateway.principal import Principal, Scope
+from gateway.store.approval_record import STATUSES
 from gateway.tool_policy import PolicyHolder
 
 
@@ -33,6 +34,8 @@ def build_approvals_router(
     async def list_approvals(
         actor: Caller, status: str | None = None, limit: Annotated[int, Query(ge=1, le=1000)] = 100
     ) -> dict[str, Any]:
+        if status is not None and status not in STATUSES:
+            raise InvalidRequest(f"status must be one of {', '.join(STATUSES)}", param="status")
         return {"data": await approvals.list(actor, status, limit)}
 
     @router.get("/approvals/{approval_id}")

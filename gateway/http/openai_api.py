@@ -11,7 +11,7 @@ import contextlib
 import functools
 import logging
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -26,6 +26,7 @@ from gateway.http.requests import read_json_body
 from gateway.pipeline import Handler, RequestContext
 from gateway.principal import Scope
 from gateway.sessions import SessionManager
+from gateway.tenancy import ModelTenancy
 from gateway.wire import ChunkRenderer, Completion, dumps
 
 log = logging.getLogger(__name__)
@@ -39,13 +40,13 @@ class OpenAIApi:
         pipeline: Handler,
         authenticator: Authenticator,
         sessions: SessionManager | None,
-        models: Sequence[str],
+        tenancy: ModelTenancy,
         max_body_bytes: int,
     ) -> None:
         self._pipeline = pipeline
         self._authenticator = authenticator
         self._sessions = sessions
-        self._models = list(models)
+        self._tenancy = tenancy
         self._max_body_bytes = max_body_bytes
 
     def routes(self) -> list[BaseRoute]:
@@ -83,8 +84,8 @@ class OpenAIApi:
         principal.require(Scope.CHAT)
         data = [
             {"id": name, "object": "model", "created": 0, "owned_by": "agent-gateway"}
-            for name in self._models
-            if principal.may_use(name)
+            for name in self._tenancy.names
+            if self._tenancy.may_use(principal, name)
         ]
         return Response(dumps({"object": "list", "data": data}), media_type="application/json")
 

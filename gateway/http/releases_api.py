@@ -1,6 +1,8 @@
 """`/admin/models/{model}/...`: release records, promotion, one-call rollback."""
 
 # No `from __future__ import annotations`: FastAPI reads the endpoint annotations at runtime.
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
@@ -10,6 +12,7 @@ from gateway.auth import Authenticator
 from gateway.errors import InvalidRequest
 from gateway.principal import Principal, Scope
 from gateway.releases.service import ReleaseService, ReleaseSpec
+from gateway.tenancy import ModelTenancy
 
 
 class CreateReleaseBody(BaseModel):
@@ -48,22 +51,50 @@ class CanaryBody(BaseModel):
     min_requests: int = Field(default=20, ge=1, description="per side, before judging")
 
 
-def build_releases_router(authenticator: Authenticator, releases: ReleaseService) -> APIRouter:
+def _confine(path: str | None, roots: Sequence[Path], param: str) -> None:
+    """A path named over HTTP must resolve (symlinks, `..`) under a configured root. The refusal
+    reads the same whether the file exists or not, so the API is no existence oracle."""
+    if path is None:
+        return
+    if not roots:
+        raise InvalidRequest(
+            f"{param}: the admin API names files only under releases.file_roots (none set)", param=param
+        )
+    resolved = Path(path).resolve()
+    if not any(resolved.is_relative_to(root.resolve()) for root in roots):
+        raise InvalidRequest(f"{param} must name a file under releases.file_roots", param=param)
+
+
+def build_releases_router(
+    authenticator: Authenticator, releases: ReleaseService, tenancy: ModelTenancy, file_roots: Sequence[Path]
+) -> APIRouter:
     router = APIRouter(prefix="/admin")
 
-    async def caller(request: Request) -> Principal:
+    async def admin(request: Request) -> Principal:
         principal = await authenticator.authenticate(request.headers)
         principal.require(Scope.ADMIN)
         return principal
 
-    Caller = Annotated[Principal, Depends(caller)]
+    async def reader(model: str, principal: Annotated[Principal, Depends(admin)]) -> Principal:
+        tenancy.require_use(principal, model)
+        return principal
+
+    async def manager(model: str, principal: Annotated[Principal, Depends(admin)]) -> Principal:
+        """A switch changes what every tenant of the model receives (see gateway/tenancy.py)."""
+        tenancy.require_manage(principal, model)
+        return principal
+
+    Reader = Annotated[Principal, Depends(reader)]
+    Caller = Annotated[Principal, Depends(manager)]
 
     @router.post("/models/{model}/releases", status_code=201)
     async def create(model: str, body: CreateReleaseBody, actor: Caller) -> dict[str, Any]:
+        for param in ("eval_set", "smoke_samples"):
+            _confine(getattr(body, param), file_roots, param)
         return await releases.create(actor, model, ReleaseSpec(**body.model_dump()))
 
     @router.get("/models/{model}/releases")
-    async def overview(model: str, actor: Caller) -> dict[str, Any]:
+    async def overview(model: str, actor: Reader) -> dict[str, Any]:
         return await releases.overview(model)
 
     @router.post("/models/{model}/promote")

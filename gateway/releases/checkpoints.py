@@ -21,13 +21,15 @@ from pydantic import BaseModel, ConfigDict
 from gateway.releases.manifest import (
     CheckpointFormat,
     Manifest,
+    UnsafeFileError,
     atomic_write_bytes,
     base_dir,
     build_manifest,
     content_files,
+    hash_regular,
+    is_single_file,
     manifest_path,
     read_manifest,
-    sha256_file,
     write_manifest,
 )
 
@@ -60,6 +62,7 @@ class ProblemKind(StrEnum):
     NO_MANIFEST = "no-manifest"
     INVALID_MANIFEST = "invalid-manifest"
     DIGEST_MISMATCH = "digest-mismatch"
+    UNSAFE = "unsafe"  # not a regular file inside the checkpoint: never read
 
 
 @dataclass(frozen=True)
@@ -86,14 +89,21 @@ class VerifyReport:
 def _check_files(checkpoint: Path, manifest: Manifest) -> Iterator[Problem]:
     root = base_dir(checkpoint)
     for entry in manifest.files:
-        file = root / entry.path
-        if not file.is_file():
+        if is_single_file(checkpoint) and entry.path != checkpoint.name:
+            # A GGUF manifest sits beside its file: it may name that file and nothing else there.
+            yield Problem(ProblemKind.UNSAFE, entry.path, f"a GGUF manifest may name only {checkpoint.name}")
+            continue
+        try:
+            size, sha256 = hash_regular(root, entry.path)
+        except FileNotFoundError:
             yield Problem(ProblemKind.MISSING, entry.path)
             continue
-        size = file.stat().st_size
+        except UnsafeFileError as error:
+            yield Problem(ProblemKind.UNSAFE, entry.path, str(error).removeprefix(f"{entry.path}: "))
+            continue
         if size != entry.size:
             yield Problem(ProblemKind.TRUNCATED, entry.path, f"{size} bytes, manifest says {entry.size}")
-        elif sha256_file(file) != entry.sha256:
+        elif sha256 != entry.sha256:
             yield Problem(ProblemKind.CHANGED, entry.path, "sha256 differs from manifest")
     listed = {entry.path for entry in manifest.files}
     for rel in content_files(checkpoint):
@@ -204,7 +214,10 @@ class CheckpointRegistry:
         validate_run_step(run, step)
         path = Path(path).absolute()
         if not manifest_path(path).exists():
-            write_manifest(path, build_manifest(path))
+            try:
+                write_manifest(path, build_manifest(path))
+            except UnsafeFileError as error:
+                raise RegistryError(f"{path}: {error}") from None
         report = verify(path)
         if not report.ok or report.manifest is None:
             raise RegistryError(f"{path}: " + "; ".join(str(problem) for problem in report.problems))

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import tempfile
 from enum import StrEnum
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+from typing import Annotated, BinaryIO
 
 import orjson
-from pydantic import BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 MANIFEST_NAME = "manifest.json"
 GGUF_MANIFEST_SUFFIX = ".manifest.json"
@@ -34,11 +36,25 @@ class UnknownFormatError(ValueError):
     """The path is not a checkpoint layout we recognise."""
 
 
+class UnsafeFileError(ValueError):
+    """A checkpoint file that is not a regular file inside the checkpoint (a device, a FIFO, a link
+    leading out): reading it could hang (/dev/zero, a FIFO) or reveal files the checkpoint does not own."""
+
+
+def _inside(path: str) -> str:
+    parts = PurePosixPath(path).parts
+    if not path or path.startswith("/") or "\\" in path or any(part in ("..", ".") for part in path.split("/")):
+        raise ValueError(f"{path!r}: a manifest path must be a relative path inside the checkpoint")
+    if not parts:
+        raise ValueError("a manifest path must not be empty")
+    return path
+
+
 class FileEntry(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    path: str  # relative to the checkpoint directory, POSIX separators
-    size: int
+    path: Annotated[str, AfterValidator(_inside)]  # relative to the checkpoint directory, POSIX separators
+    size: int = Field(ge=0)
     sha256: str
 
 
@@ -87,6 +103,35 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+def open_regular(root: Path, rel: str) -> tuple[BinaryIO, int]:
+    """Open `root/rel` for reading, with its size, only if it is a regular file that resolves
+    inside `root`. Raises UnsafeFileError, or FileNotFoundError when it is absent."""
+    path = root / rel
+    if not path.resolve().is_relative_to(root.resolve()):
+        raise UnsafeFileError(f"{rel}: leads outside the checkpoint")
+    # O_NONBLOCK: opening a FIFO must not wait for a writer; the type is checked on the open file,
+    # so swapping the path for a device after a check cannot slip through.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise UnsafeFileError(f"{rel}: not a regular file")
+    return os.fdopen(fd, "rb"), info.st_size
+
+
+def hash_regular(root: Path, rel: str) -> tuple[int, str]:
+    """(size, sha256) of a regular file inside `root`, reading no more than the size it had when
+    opened (a file that grows meanwhile is hashed as it was, and then fails verification)."""
+    handle, size = open_regular(root, rel)
+    digest = hashlib.sha256()
+    left = size
+    with handle:
+        while left > 0 and (block := handle.read(min(BLOCK_SIZE, left))):
+            digest.update(block)
+            left -= len(block)
+    return size, digest.hexdigest()
+
+
 def _is_gguf(path: Path) -> bool:
     with path.open("rb") as handle:
         return handle.read(len(GGUF_MAGIC)) == GGUF_MAGIC
@@ -130,8 +175,8 @@ def build_manifest(checkpoint: Path) -> Manifest:
     root = base_dir(checkpoint)
     entries = []
     for rel in content_files(checkpoint):
-        file = root / rel
-        entries.append(FileEntry(path=rel, size=file.stat().st_size, sha256=sha256_file(file)))
+        size, sha256 = hash_regular(root, rel)
+        entries.append(FileEntry(path=rel, size=size, sha256=sha256))
     return Manifest(format=fmt, files=tuple(entries)).sealed()
 
 

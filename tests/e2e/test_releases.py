@@ -82,7 +82,11 @@ def setup(sim_pair: list[Announced], tmp_path: Path) -> Iterator[dict[str, Any]]
         deployment("old", sim_pair[0]),
         deployment("new", sim_pair[1], priority=1),
         store=redis_store_config(prefix),
-        releases={"checkpoint_registry": str(registry_root), "watch_interval_s": 0.1},
+        releases={
+            "checkpoint_registry": str(registry_root),
+            "watch_interval_s": 0.1,
+            "file_roots": [str(SMOKE.parent), str(tmp_path)],  # eval sets and smoke samples named over HTTP
+        },
     )
     admin_key = new_secret()
     try:
