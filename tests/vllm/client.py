@@ -98,11 +98,14 @@ class StreamResult:
         ]
 
 
-def stream_through(gateway: Gateway, body: dict[str, Any], timeout_s: float = 180) -> StreamResult:
-    """Stream `body` through the gateway and read it to the end."""
+def stream_through(
+    gateway: Gateway, body: dict[str, Any], key: str | None = None, timeout_s: float = 180
+) -> StreamResult:
+    """Stream `body` through the gateway (as `key`, default the gateway's chat key) to the end."""
     result = StreamResult()
+    headers = gateway.headers(key)
     with httpx.stream(
-        "POST", f"{gateway.url}/v1/chat/completions", json=body, headers=gateway.headers(), timeout=timeout_s
+        "POST", f"{gateway.url}/v1/chat/completions", json=body, headers=headers, timeout=timeout_s
     ) as reply:
         result.headers = dict(reply.headers)
         assert reply.status_code == 200, reply.read()

@@ -5,13 +5,17 @@ for character. Usage summed across the hand-over is what the audit (and so the q
 
 from __future__ import annotations
 
+import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import redis
 
-from tests.procs import running_gateway
+from gateway.store.keys import scope_keys
+from tests.procs import delete_redis_prefix, redis_store_config, running_gateway
 from tests.vllm.client import (
     chat_body,
     direct_answer,
@@ -43,6 +47,22 @@ def request_audit(gateway: Any) -> dict[str, Any]:
     return dict(records[-1])
 
 
+def settled_tokens(prefix: str, key_id: str, expected: int | None, timeout_s: float = 20) -> int:
+    """The tokens the quota counted today for the key, once settled to `expected` (the settlement
+    replaces the reservation in a task of its own, after the response ended): bounded wait."""
+    client = redis.Redis(host="127.0.0.1", port=6379, socket_timeout=5)
+    daily = scope_keys(prefix, "acme", f"key:{key_id}").daily
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            counted = sum(int(v) for v in client.hvals(daily))
+            if counted == expected or time.monotonic() > deadline:
+                return counted
+            time.sleep(0.05)
+    finally:
+        client.close()
+
+
 @pytest.mark.parametrize("position", [1, 120, 300])
 def test_sigkill_mid_stream_continues_exactly(
     pool: Pool, reference: dict[str, Any], tmp_path: Path, figures: dict[str, Any], position: int
@@ -61,13 +81,18 @@ def test_sigkill_mid_stream_continues_exactly(
     ]
     fallback_prompt = metric_total(fallback, "vllm:prompt_tokens_total")
     fallback_generated = metric_total(fallback, "vllm:generation_tokens_total")
+    prefix = f"agw-vllm-{uuid.uuid4().hex[:8]}"
+    config = vllm_gateway_config(*deployments, store=redis_store_config(prefix))
     try:
-        with running_gateway(tmp_path, vllm_gateway_config(*deployments)) as gateway:
-            result = stream_through(gateway, chat_body(max_tokens=MAX_TOKENS))
+        with running_gateway(tmp_path, config) as gateway:
+            key_id, key = gateway.create_key(daily_tokens=10_000_000)  # a limit: the quota counts its tokens
+            result = stream_through(gateway, chat_body(max_tokens=MAX_TOKENS), key=key)
             audit = request_audit(gateway)
+            charged = settled_tokens(prefix, key_id, result.usage.get("total_tokens"))
     finally:
         tap.close()
         pool.restart(names[0])  # in the background: the next case that needs it waits
+        delete_redis_prefix(prefix)
 
     assert trigger.fired
     assert not result.errors, result.errors
@@ -86,6 +111,7 @@ def test_sigkill_mid_stream_continues_exactly(
     assert usage["completion_tokens"] == MAX_TOKENS
     assert usage["total_tokens"] == prompt_tokens + handed_over_at + MAX_TOKENS
     assert (audit["prompt_tokens"], audit["completion_tokens"]) == (usage["prompt_tokens"], usage["completion_tokens"])
+    assert charged == usage["total_tokens"], "the quota charged what the client was told"
     # The survivor's own counters agree with what the gateway charged for its part.
     assert metric_total(fallback, "vllm:prompt_tokens_total") - fallback_prompt == prompt_tokens + handed_over_at
     assert metric_total(fallback, "vllm:generation_tokens_total") - fallback_generated == MAX_TOKENS - handed_over_at
