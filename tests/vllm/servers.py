@@ -37,7 +37,8 @@ BUILD_TIMEOUT_S = 1800.0
 # The flags every test server runs with (README "Running with vLLM" shows the same).
 BASE_ARGS = [
     "--max-model-len", "1024",
-    "--dtype", "float32",
+    # float32 by default: free for this model, and no bf16 rounding in the argmax (AGW_VLLM_DTYPE).
+    "--dtype", os.environ.get("AGW_VLLM_DTYPE", "float32"),
     "--enforce-eager",  # no torch.compile: the engine starts in a fraction of the time
     "--max-num-seqs", "8",
 ]  # fmt: skip
