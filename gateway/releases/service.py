@@ -190,7 +190,7 @@ class ReleaseService:
     ) -> dict[str, str | None]:
         """Raise PreflightFailed naming every problem with this release; else return what each of
         its deployments reports it serves (None: the server does not say)."""
-        problems = self._checkpoint_problems(record) + await self._health_problems(record, bring_up)
+        problems = await self._checkpoint_problems(record) + await self._health_problems(record, bring_up)
         serving: dict[str, str | None] = {}
         if not problems:
             serving, mismatched = await self._served(record)
@@ -211,13 +211,15 @@ class ReleaseService:
         pin = record.get("checkpoint")
         return serving, (mismatches(pin["path"], serving) if pin else [])
 
-    def _checkpoint_problems(self, record: dict[str, Any]) -> list[str]:
+    async def _checkpoint_problems(self, record: dict[str, Any]) -> list[str]:
         pin = record.get("checkpoint")
         if pin is None:
             return []
         from gateway.releases.checkpoints import verify
 
-        report = verify(Path(pin["path"]), expected_digest=pin["manifest_digest"])
+        # Hashing a checkpoint takes seconds per GiB: in a thread (hashlib lets go of the GIL),
+        # so that a promote or rollback does not pause traffic.
+        report = await asyncio.to_thread(verify, Path(pin["path"]), expected_digest=pin["manifest_digest"])
         return [f"checkpoint {pin['version']} {problem}" for problem in report.problems]
 
     async def _health_problems(self, record: dict[str, Any], bring_up: bool) -> list[str]:
@@ -306,7 +308,9 @@ class ReleaseService:
         for entry in await self._store.release_history(model, 100):
             if entry.get("to") == active and entry.get("from"):
                 return str(entry["from"])
-        raise InvalidRequest(f"{model} has no earlier release to roll back to; name one with to_version")
+        raise InvalidRequest(
+            f'{model} has no earlier release to roll back to; name the release (--to on the CLI, "version" over HTTP)'
+        )
 
     async def _release(self, model: str, version: str) -> dict[str, Any]:
         self._group(model)
