@@ -48,12 +48,22 @@ class CanaryOps:
         async def refresh(self, model: str) -> None: ...
         async def preflight(
             self, record: dict[str, Any], *, run_evals: bool, bring_up: bool = False, actor: Principal | None = None
-        ) -> None: ...
+        ) -> dict[str, str | None]: ...
         async def _checked(
-            self, actor: Principal, action: str, record: dict[str, Any], preflight: Coroutine[Any, Any, None]
-        ) -> None: ...
+            self,
+            actor: Principal,
+            action: str,
+            record: dict[str, Any],
+            preflight: Coroutine[Any, Any, dict[str, str | None]],
+        ) -> dict[str, str | None]: ...
         async def _switch(
-            self, actor: Principal, model: str, version: str, action: str, reason: str
+            self,
+            actor: Principal,
+            model: str,
+            version: str,
+            action: str,
+            reason: str,
+            serving: dict[str, str | None] | None = None,
         ) -> dict[str, Any]: ...
         async def _record(
             self,
@@ -65,6 +75,7 @@ class CanaryOps:
             reason: str,
             *,
             field: str = "active",
+            serving: dict[str, str | None] | None = None,
         ) -> None: ...
 
     def observe(self, model: str, outcome: Outcome) -> None:

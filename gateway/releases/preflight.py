@@ -20,7 +20,7 @@ from gateway.errors import GatewayError
 from gateway.principal import Principal
 from gateway.releases.candidate_path import BASE_URL as CANDIDATE_BASE_URL
 from gateway.releases.load_hooks import bring_up as bring_up_deployment
-from gateway.releases.served import served_problems
+from gateway.releases.served import mismatches, served_roots
 from gateway.releases.smoke import run_smoke
 
 if TYPE_CHECKING:
@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 
     from gateway.releases.candidate_path import CandidatePath
     from gateway.routing.health import HealthMonitor
+
+
+Served = dict[str, str | None]  # deployment -> the weights it reports serving (None: it does not say)
 
 
 class PreflightFailed(GatewayError):
@@ -49,18 +52,29 @@ class PreflightChecks:
 
     async def preflight(
         self, record: dict[str, Any], *, run_evals: bool, bring_up: bool = False, actor: Principal | None = None
-    ) -> None:
-        """Raise PreflightFailed naming every problem with this release."""
+    ) -> Served:
+        """Raise PreflightFailed naming every problem with this release; else return what each of
+        its deployments reports it serves (None: the server does not say)."""
         problems = await self._checkpoint_problems(record) + await self._health_problems(record, bring_up)
+        serving: Served = {}
         if not problems:
-            chosen = [d.settings for d in self._group(record["model"]).deployments if d.name in record["deployments"]]
-            problems += await served_problems(chosen, record.get("checkpoint"))
+            serving, mismatched = await self._served(record)
+            problems += mismatched
         if run_evals and not problems:
             problems += await self._eval_problems(record, actor)
         if not problems:
             problems += await self._smoke_problems(record)
         if problems:
             raise PreflightFailed(f"{record['model']}@{record['version']}: " + "; ".join(problems))
+        return serving
+
+    async def _served(self, record: dict[str, Any]) -> tuple[Served, list[str]]:
+        """What the release's deployments serve, and the ones that do not serve its checkpoint."""
+        group = self._group(record["model"])
+        chosen = [d.settings for d in group.deployments if d.name in record["deployments"]]
+        serving = await served_roots(chosen)
+        pin = record.get("checkpoint")
+        return serving, (mismatches(pin["path"], serving) if pin else [])
 
     async def _checkpoint_problems(self, record: dict[str, Any]) -> list[str]:
         pin = record.get("checkpoint")

@@ -1,64 +1,63 @@
-"""What a deployment says it serves, checked against the checkpoint a release pins.
+"""What a deployment really serves, as the model server says: the link between a release's pinned
+checkpoint and the weights behind its deployments.
 
-A release names weights (a registry version and its path); only the server knows what it loaded.
-OpenAI-compatible servers that load weights report them in `GET /v1/models`: vLLM gives each model
-a `root`, the path or name it was started with (for a LoRA adapter, the adapter's path), and the
-sim reports `--served-root`. `reported_root` is the one place that asks, so another way of asking
-a kind of server slots in there. A deployment that reports nothing cannot be checked and is taken
-at its word (logged); one that reports other weights fails the preflight.
+vLLM lists each served model on `GET /v1/models` with `root`: the `--model` directory for the base
+model, the adapter path for a LoRA adapter (`lora_name` -> `lora_path`). A release that pins a
+checkpoint is refused when one of its deployments reports a different `root`. Servers that do not
+report one (the sim, hosted APIs) cannot be checked: they are recorded as unknown, not refused.
 """
 
 from __future__ import annotations
 
-import logging
-import os
-from typing import Any
+import asyncio
+from collections.abc import Sequence
+from pathlib import PurePosixPath
 
 import httpx
 
-from gateway.settings import DeploymentSettings
-
-log = logging.getLogger(__name__)
+from gateway.settings import DeploymentSettings, LoadHookKind
 
 _TIMEOUT_S = 5.0
 
 
-async def reported_root(deployment: DeploymentSettings) -> str | None:
-    """The `root` /v1/models reports for this deployment's model (or its LoRA adapter), if any."""
-    served_name = deployment.load_hook.lora_name if deployment.load_hook and deployment.load_hook.lora_name else ""
+def served_name(deployment: DeploymentSettings) -> str:
+    """The model id the deployment is addressed with (a LoRA hook's adapter when it has one)."""
+    hook = deployment.load_hook
+    if hook is not None and hook.kind is LoadHookKind.LORA:
+        return hook.lora_name or deployment.model
+    return deployment.model
+
+
+async def served_root(deployment: DeploymentSettings) -> str | None:
+    """The `root` the server reports for the deployment's model; None when it says nothing."""
     headers = {"Authorization": f"Bearer {deployment.api_key}"} if deployment.api_key else {}
-    async with httpx.AsyncClient(timeout=_TIMEOUT_S) as client:
-        reply = await client.get(f"{str(deployment.api_base).rstrip('/')}/models", headers=headers)
-    reply.raise_for_status()
-    entries = [e for e in reply.json().get("data", []) if isinstance(e, dict)]
-    for name in (served_name, deployment.model):
-        for entry in entries:
-            if name and entry.get("id") == name and isinstance(entry.get("root"), str):
-                return str(entry["root"])
+    try:
+        async with httpx.AsyncClient(timeout=_TIMEOUT_S) as client:
+            reply = await client.get(f"{deployment.api_base}/models", headers=headers)
+        models = reply.json().get("data") if reply.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None  # unreachable or not JSON: the health check reports the deployment itself
+    name = served_name(deployment)
+    for entry in models if isinstance(models, list) else ():
+        if isinstance(entry, dict) and entry.get("id") == name and isinstance(entry.get("root"), str):
+            return str(entry["root"])
     return None
 
 
-def _same(root: str, pin: dict[str, Any]) -> bool:
-    if root == pin["version"]:
-        return True
-    return os.path.realpath(root.rstrip("/")) == os.path.realpath(str(pin["path"]).rstrip("/"))
+async def served_roots(deployments: Sequence[DeploymentSettings]) -> dict[str, str | None]:
+    roots = await asyncio.gather(*(served_root(d) for d in deployments))
+    return {d.name: root for d, root in zip(deployments, roots, strict=True)}
 
 
-async def served_problems(deployments: list[DeploymentSettings], pin: dict[str, Any] | None) -> list[str]:
-    if pin is None:
-        return []
-    problems = []
-    for deployment in deployments:
-        try:
-            root = await reported_root(deployment)
-        except (httpx.HTTPError, ValueError) as error:
-            problems.append(f"deployment {deployment.name}: could not ask what it serves ({error!r})")
-            continue
-        if root is None:
-            log.info("deployment %s does not report what it serves; checkpoint %s not checked", deployment.name,
-                     pin["version"])  # fmt: skip
-        elif not _same(root, pin):
-            problems.append(
-                f"deployment {deployment.name} serves {root}, not checkpoint {pin['version']} ({pin['path']})"
-            )
-    return problems
+def same_checkpoint(served: str, pinned: str) -> bool:
+    """Same directory, compared by its last two parts (`<run>/step-<n>`): the server may mount the
+    registry elsewhere than the gateway sees it."""
+    return PurePosixPath(served.rstrip("/")).parts[-2:] == PurePosixPath(pinned.rstrip("/")).parts[-2:]
+
+
+def mismatches(pinned: str, served: dict[str, str | None]) -> list[str]:
+    return [
+        f"deployment {name} serves {root}, not the pinned checkpoint {pinned}"
+        for name, root in sorted(served.items())
+        if root is not None and not same_checkpoint(root, pinned)
+    ]

@@ -28,7 +28,7 @@ from gateway.releases.canary_ops import CanaryOps
 from gateway.releases.candidate_path import CandidatePath
 from gateway.releases.checkpoints import CheckpointRegistry, RegistryError
 from gateway.releases.history import rollback_target
-from gateway.releases.preflight import PreflightChecks, PreflightFailed
+from gateway.releases.preflight import PreflightChecks, PreflightFailed, Served
 from gateway.routing.health import HealthMonitor
 from gateway.routing.router import Router
 from gateway.store.base import Store
@@ -151,8 +151,10 @@ class ReleaseService(PreflightChecks, CanaryOps):
     async def promote(self, actor: Principal, model: str, version: str, reason: str = "") -> dict[str, Any]:
         actor.require(Scope.ADMIN)
         record = await self.release(model, version)
-        await self._checked(actor, "release.promote", record, self.preflight(record, run_evals=True, actor=actor))
-        return await self._switch(actor, model, version, "release.promote", reason)
+        serving = await self._checked(
+            actor, "release.promote", record, self.preflight(record, run_evals=True, actor=actor)
+        )
+        return await self._switch(actor, model, version, "release.promote", reason, serving)
 
     async def rollback(
         self,
@@ -172,8 +174,10 @@ class ReleaseService(PreflightChecks, CanaryOps):
         target = to_version or await self._previous(model)
         record = await self.release(model, target)
         # The old release passed its evals already; its deployments may need bringing back.
-        await self._checked(actor, "release.rollback", record, self.preflight(record, run_evals=False, bring_up=True))
-        result = await self._switch(actor, model, target, "release.rollback", reason)
+        serving = await self._checked(
+            actor, "release.rollback", record, self.preflight(record, run_evals=False, bring_up=True)
+        )
+        result = await self._switch(actor, model, target, "release.rollback", reason, serving)
         try:  # verified after the switch too; the switch stands either way, so report, not raise
             await self.preflight(record, run_evals=False)
         except PreflightFailed as problem:
@@ -181,11 +185,20 @@ class ReleaseService(PreflightChecks, CanaryOps):
             return {**result, "post_check": problem.message}
         return {**result, "post_check": "ok"}
 
-    async def _switch(self, actor: Principal, model: str, version: str, action: str, reason: str) -> dict[str, Any]:
+    async def _switch(
+        self,
+        actor: Principal,
+        model: str,
+        version: str,
+        action: str,
+        reason: str,
+        serving: dict[str, str | None] | None = None,
+    ) -> dict[str, Any]:
         for _ in range(5):  # a lost compare-and-set means another switch landed: look again
             current, generation = await self._store.release_active(model)
             if current == version:
-                return {"model": model, "active": version, "generation": generation, "changed": False}
+                return {"model": model, "active": version, "generation": generation, "changed": False,
+                        "serving": serving}  # fmt: skip
             entry = {
                 "action": action,
                 "from": current,
@@ -197,8 +210,9 @@ class ReleaseService(PreflightChecks, CanaryOps):
             won, new_generation = await self._store.release_activate(model, version, generation, entry)
             if won:
                 await self.refresh(model)
-                await self._record(actor, action, model, current, version, reason)
-                return {"model": model, "active": version, "generation": new_generation, "changed": True}
+                await self._record(actor, action, model, current, version, reason, serving=serving)
+                return {"model": model, "active": version, "generation": new_generation, "changed": True,
+                        "serving": serving}  # fmt: skip
         raise Conflict(f"{model}: the active release keeps changing; try again")
 
     async def rollback_target(self, model: str) -> str | None:
@@ -245,11 +259,11 @@ class ReleaseService(PreflightChecks, CanaryOps):
 
     # --- canaries -----------------------------------------------------------------------------
     async def _checked(
-        self, actor: Principal, action: str, record: dict[str, Any], preflight: Coroutine[Any, Any, None]
-    ) -> None:
+        self, actor: Principal, action: str, record: dict[str, Any], preflight: Coroutine[Any, Any, Served]
+    ) -> Served:
         """Run the preflight; a refusal is audited (what was refused and why) before it is raised."""
         try:
-            await preflight
+            return await preflight
         except PreflightFailed as refused:
             await self._audit.submit(
                 {
@@ -275,6 +289,7 @@ class ReleaseService(PreflightChecks, CanaryOps):
         reason: str,
         *,
         field: str = "active",
+        serving: dict[str, str | None] | None = None,
     ) -> None:
         """`field`: what changed to `after` - the active release, or only the canary, or nothing
         but a new record ("release")."""
@@ -286,7 +301,7 @@ class ReleaseService(PreflightChecks, CanaryOps):
                 "tenant": None,
                 "target": f"{model}@{after}",
                 "before": {"active": before} if field != "release" else None,
-                "after": {field: after},
+                "after": {field: after} if serving is None else {field: after, "serving": serving},
                 "reason": reason,
             }
         )
