@@ -121,7 +121,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
         TraceRequests(telemetry, model_names),  # outermost: refusals are traced and counted too
         audit_requests,  # refusals are recorded too
         Authenticate(authenticator),
-        AssignSession(),
+        AssignSession(settings.sessions),
         ParseRequest(settings.server.max_body_bytes),
         AppendHistory(store),
         ResolveModel(tenancy),
