@@ -75,7 +75,7 @@ def main() -> None:
         )
         raw = options.out or workdir / "stacks.txt"
         argv = [spy, "record", "--pid", str(gateway.process.pid), "--rate", str(options.rate)]
-        recorder = subprocess.Popen([*argv, "--format", "raw", "--output", str(raw), "--nonblocking"])
+        recorder = subprocess.Popen([*argv, "--format", "raw", "--output", str(raw)])
         try:
             target = PathUnderTest("gateway", gateway.url, gateway, key)
             asyncio.run(_load(target, scenario, options.chunks, options.requests))
