@@ -1,3 +1,7 @@
-from gateway.cli.main import cli
+from gateway.cli.processes import exit_with_parent
+
+exit_with_parent()  # first: a parent that died meanwhile ends us before we bind a port
+
+from gateway.cli.main import cli  # noqa: E402
 
 cli()

@@ -20,7 +20,7 @@ from fastapi.telemetry import TelemetryConfig
 
 from gateway.approvals import ApprovalService
 from gateway.audit import AuditWriter
-from gateway.audit_records import AuditRequests
+from gateway.audit_records import AuditRequests, RefusalTally
 from gateway.auth import Authenticate, Authenticator
 from gateway.backends.factory import build_backend
 from gateway.http.admin_api import build_admin_router
@@ -87,7 +87,8 @@ def build_authenticator(settings: Settings, store: Store) -> Authenticator:
 def approval_secret(settings: Settings) -> bytes:
     if settings.tools.approval_secret:
         return settings.tools.approval_secret.encode()
-    log.warning("tools.approval_secret is not set: approval tokens verify only against this process")
+    if settings.tools.policy_file is not None:  # no policy, no tools, no tokens: nothing to warn about
+        log.warning("tools.approval_secret is not set: approval tokens verify only against this process")
     return secrets.token_bytes(32)
 
 
@@ -103,8 +104,11 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
     keys = KeyService(store, audit, on_change=authenticator.forget)
     quota = Admit(store, settings.quota)
     model_names = [m.name for m in settings.models]
+    refusals = RefusalTally(
+        audit, interval_s=settings.audit.refusal_interval_s, max_sources=settings.audit.refusal_max_sources
+    )
     tenancy = ModelTenancy({m.name: m.tenants for m in settings.models})
-    audit_requests = AuditRequests(audit, capture=settings.audit.capture)
+    audit_requests = AuditRequests(audit, capture=settings.audit.capture, refusals=refusals)
     policies = PolicyHolder(settings.tools.policy_file)
     approvals = ApprovalService(store, audit, approval_secret(settings))
     telemetry.watch(router, quota)
@@ -122,7 +126,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
         audit_requests,  # refusals are recorded too
         Authenticate(authenticator),
         AssignSession(settings.sessions),
-        ParseRequest(settings.server.max_body_bytes),
+        ParseRequest(settings.server.max_json_depth, settings.server.parse_in_thread_bytes),
         AppendHistory(store),
         ResolveModel(tenancy),
         ApplyRelease(active_releases, releases),
@@ -145,6 +149,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         audit.start()
+        refusals.start()
         health.start()
         policy_watch = asyncio.get_running_loop().create_task(policies.watch(settings.tools.reload_interval_s))
         release_watch = asyncio.get_running_loop().create_task(release_watcher.run())
@@ -159,6 +164,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
             if sessions is not None:
                 await sessions.stop()
             await quota.drain()
+            await refusals.stop()
             await audit.stop()
             for deployment in deployments:
                 await deployment.backend.aclose()
@@ -183,7 +189,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
         openapi_url="/openapi.json" if public_schema else None,
         telemetry=no_fastapi_telemetry,
     )
-    openai_api = OpenAIApi(pipeline, authenticator, sessions, tenancy, settings.server.max_body_bytes)
+    openai_api = OpenAIApi(pipeline, authenticator, sessions, tenancy, settings.server)
     app.router.routes.extend(openai_api.routes())
     if sessions is not None:
         app.router.routes.extend(SessionsApi(sessions, authenticator).routes())
@@ -197,6 +203,9 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
         app.router.routes.extend(openapi_routes(app, authenticator))
     install_error_handlers(app)
     app.state.router = router
+    # The assembled path, for tests/security/test_stage_release.py to inject failures into.
+    app.state.stages, app.state.openai_api, app.state.call = stages, openai_api, Call(router)
+    app.state.audit = audit
     app.state.quota = quota
     app.state.telemetry = telemetry
     return app

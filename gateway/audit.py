@@ -175,6 +175,10 @@ class AuditWriter:
         """Take a queue slot; waits while the queue is full."""
         await self._room.acquire()
 
+    def release_reserved(self) -> None:
+        """Give back a slot taken with `reserve` that will not carry a record (it was aggregated)."""
+        self._room.release()
+
     def submit_reserved(self, body: dict[str, Any]) -> None:
         """Queue a record for a slot taken with `reserve`; never blocks, never fails."""
         self._pending.append({"ts": self._clock(), **body})

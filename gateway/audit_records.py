@@ -2,24 +2,29 @@
 
 The stage is the outermost one, so a request refused by auth or quota is recorded too. Prompts
 and completions are stored only as SHA-256 digests unless capture mode is on; then they are kept
-with secrets redacted, for replay.
+with secrets redacted, for replay. Requests without a valid key are only counted (see
+`RefusalTally`): recording each would let anyone grow the log.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
+import logging
 import re
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 import orjson
 
 from gateway.audit import AuditWriter
 from gateway.backends.base import Chunk
-from gateway.errors import GatewayError
+from gateway.errors import AuthenticationFailed, GatewayError
 from gateway.pipeline import Handler, RequestContext
+
+log = logging.getLogger(__name__)
 
 CLIENT_CLOSED = 499  # nginx's convention for "the client went away first"
 
@@ -86,11 +91,16 @@ def failure_reason(ctx: RequestContext, error: GatewayError | None) -> str | Non
 
 
 class AuditRequests:
-    """The pipeline stage: one audit record per request, whatever its outcome."""
+    """The pipeline stage: one audit record per request, whatever its outcome.
 
-    def __init__(self, writer: AuditWriter, *, capture: bool) -> None:
+    The exception is a request refused for want of a valid key: anyone can send those, so they
+    are counted in a `RefusalTally` (one record per interval) instead of recorded one by one.
+    """
+
+    def __init__(self, writer: AuditWriter, *, capture: bool, refusals: RefusalTally) -> None:
         self._writer = writer
         self._capture = capture
+        self._refusals = refusals
 
     async def __call__(self, ctx: RequestContext, call_next: Handler) -> AsyncGenerator[Chunk, None]:
         await self._writer.reserve()  # backpressure happens here, before any work is done
@@ -107,5 +117,95 @@ class AuditRequests:
             # After output the client got a 200 with an in-band error event.
             status, error = (200 if sent_output else failure.status), failure
             raise
+        except Exception:
+            status = 500
+            raise
         finally:
-            self._writer.submit_reserved(request_record(ctx, status, error, self._capture))
+            self._settle(ctx, status, error)
+
+    def _settle(self, ctx: RequestContext, status: int, error: GatewayError | None) -> None:
+        """Use the reserved slot; never raises (it runs while an exception may be propagating)."""
+        if isinstance(error, AuthenticationFailed) and ctx.principal is None:
+            self._writer.release_reserved()
+            self._refusals.count(ctx.client, error.code)
+            return
+        try:
+            record = request_record(ctx, status, error, self._capture)
+        except Exception as failure:  # a bug in building the record must not cost the record
+            log.exception("audit record of request %s could not be built", ctx.request_id)
+            record = minimal_record(ctx, status, error, failure)
+        self._writer.submit_reserved(record)
+
+
+def minimal_record(ctx: RequestContext, status: int, error: GatewayError | None, failure: Exception) -> dict[str, Any]:
+    principal = ctx.principal
+    return {
+        "kind": "request",
+        "request_id": ctx.request_id,
+        "tenant": principal.tenant if principal else None,
+        "key_id": principal.key_id if principal else None,
+        "model": ctx.model,
+        "session_id": ctx.session_id,
+        "status": status,
+        "error": error.code if error else None,
+        "record_error": type(failure).__name__,
+    }
+
+
+OTHER_SOURCES = "other"
+
+
+class RefusalTally:
+    """Requests refused for want of a valid key, counted per (source, reason) and written as one
+    `auth_refusals` record per interval: however many such requests arrive, the audit log grows
+    by at most one record per interval, and memory by at most `max_sources` counters."""
+
+    def __init__(
+        self, writer: AuditWriter, *, interval_s: float, max_sources: int, clock: Callable[[], float] = time.time
+    ) -> None:
+        self._writer = writer
+        self._interval_s = interval_s
+        self._max_sources = max_sources
+        self._clock = clock
+        self._counts: dict[tuple[str, str], int] = {}
+        self._since = clock()
+        self._task: asyncio.Task[None] | None = None
+
+    def count(self, source: str, reason: str) -> None:
+        key = (source, reason)
+        if key not in self._counts and len(self._counts) >= self._max_sources:
+            key = (OTHER_SOURCES, reason)
+        self._counts[key] = self._counts.get(key, 0) + 1
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="audit-refusals")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        await self.flush()
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval_s)
+            await self.flush()
+
+    async def flush(self) -> None:
+        counts, self._counts = self._counts, {}
+        since, self._since = self._since, self._clock()
+        if not counts:
+            return
+        await self._writer.submit(
+            {
+                "kind": "auth_refusals",
+                "tenant": None,
+                "since": since,
+                "until": self._since,
+                "counts": [
+                    {"source": source, "reason": reason, "count": n} for (source, reason), n in sorted(counts.items())
+                ],
+            }
+        )

@@ -76,8 +76,12 @@ def bearer_secret(headers: Mapping[str, str]) -> str:
     secret = secret.strip()
     if scheme.lower() != "bearer" or not secret:
         raise AuthenticationFailed("Malformed Authorization header: expected 'Bearer <key>'")
-    if not secret.startswith(SECRET_PREFIX) or len(secret) != _SECRET_LENGTH:
-        raise AuthenticationFailed("Malformed API key: expected an 'agw_' key")
+    if not secret.startswith(SECRET_PREFIX):
+        raise AuthenticationFailed(f"Malformed API key: gateway keys start with '{SECRET_PREFIX}'")
+    if len(secret) != _SECRET_LENGTH:  # most often a key cut short (or run on) when copied
+        raise AuthenticationFailed(
+            f"Malformed API key: an '{SECRET_PREFIX}' key has {_SECRET_LENGTH} characters, this one has {len(secret)}"
+        )
     return secret
 
 

@@ -7,6 +7,7 @@ place that turns them into responses.
     GatewayError
     ├── InvalidRequest              400  invalid_request_error
     │   ├── BodyTooLarge            413
+    │   ├── RequestTimeout          408  (the body did not arrive in time)
     │   └── UnsupportedParameter    400
     ├── AuthenticationFailed        401  authentication_error
     ├── PermissionDenied            403  permission_error
@@ -26,6 +27,10 @@ place that turns them into responses.
         └── StreamInterrupted            failed mid-stream and no deployment could continue it
 
 `UpstreamError.retryable` tells the router whether another attempt may succeed.
+
+`public_message` is what a client is told. For upstream errors it never carries the upstream's
+own text (paths, stack traces, other tenants' data may be in it): that stays in `message`, which
+goes to the log and the trace.
 """
 
 from __future__ import annotations
@@ -45,6 +50,10 @@ class GatewayError(Exception):
         self.message = message
         self.param = param
 
+    @property
+    def public_message(self) -> str:
+        return self.message
+
     def headers(self) -> dict[str, str]:
         return {}
 
@@ -63,6 +72,11 @@ class InvalidRequest(GatewayError):
 class BodyTooLarge(InvalidRequest):
     status = 413
     code = "request_too_large"
+
+
+class RequestTimeout(InvalidRequest):
+    status = 408
+    code = "request_timeout"
 
 
 class UnsupportedParameter(InvalidRequest):
@@ -152,6 +166,10 @@ class UpstreamError(GatewayError):
         super().__init__(message)
         self.deployment = deployment
 
+    @property
+    def public_message(self) -> str:
+        return f"The model server failed ({self.reason})"
+
 
 class UpstreamConnectError(UpstreamError):
     code = "upstream_connect_error"
@@ -166,6 +184,10 @@ class UpstreamTimeout(UpstreamError):
     def __init__(self, message: str, *, deployment: str = "", phase: str) -> None:
         super().__init__(message, deployment=deployment)
         self.phase = phase  # "connect" | "first_token" | "stall"
+
+    @property
+    def public_message(self) -> str:
+        return f"The model server timed out ({self.phase.replace('_', ' ')})"
 
 
 class UpstreamStatusError(UpstreamError):
@@ -191,6 +213,12 @@ class UpstreamStatusError(UpstreamError):
             self.status = upstream_status
             self.type = "invalid_request_error"
 
+    @property
+    def public_message(self) -> str:
+        if not self.retryable:
+            return f"The model server rejected the request (HTTP {self.upstream_status})"
+        return f"The model server answered HTTP {self.upstream_status}"
+
 
 class UpstreamProtocolError(UpstreamError):
     code = "upstream_protocol_error"
@@ -214,3 +242,11 @@ class StreamInterrupted(UpstreamError):
             deployment=cause.deployment,
         )
         self.cause = cause
+        self.tokens_sent = tokens_sent
+
+    @property
+    def public_message(self) -> str:
+        return (
+            f"The answer was interrupted after {self.tokens_sent} tokens ({self.cause.reason}) "
+            "and no deployment could continue it"
+        )

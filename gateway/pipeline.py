@@ -7,6 +7,16 @@ chunk is pulled; an error raised before the first chunk becomes an HTTP error re
 raised later an in-band error event. The non-streaming response is this same stream, collected.
 
 `compose` builds the path once, in `gateway.app`, from the list there.
+
+The release invariant: a stage that reserves something (an audit slot, a quota reservation and
+its lease, a heartbeat task, a trace span) releases it in a `finally` around its `call_next`, so
+it is released on every exit - a normal end, a `GatewayError`, any other exception (a bug), the
+client going away (`GeneratorExit` / cancellation) - and the release itself must not raise. So
+is the audit stage's record: it is written on every exit, and if the full record cannot be built,
+a minimal one naming the failure is written instead; no request goes unaudited. Input that could
+make a release fail (JSON deeper than the encoder's limit) is refused by `ParseRequest` before
+any quota is taken. `tests/security/test_stage_release.py` injects a failure at each stage and
+checks that nothing stays reserved.
 """
 
 from __future__ import annotations
@@ -33,8 +43,9 @@ class RequestContext:
 
     request_id: str
     completion_id: str
+    client: str = ""  # the peer's address, for aggregating refusals by source
     headers: Mapping[str, str] = field(default_factory=dict)
-    read_body: Callable[[], Awaitable[Any]] | None = None  # the raw body, read by ParseRequest
+    read_body: Callable[[], Awaitable[bytes]] | None = None  # the raw body, read by ParseRequest
     model: str = ""
     body: dict[str, Any] = field(default_factory=dict)
     stream: bool = False

@@ -130,14 +130,14 @@ class SessionManager:
             if not live.log.events:
                 live.log.fail(error)
                 return
-            self._append(live, dumps(renderer.render_error(error.message, error.type, error.code)))
-        except Exception as error:  # a bug: the client still gets a clean end, and we get the trace
+            self._append(live, dumps(renderer.render_error(error.public_message, error.type, error.code)))
+        except Exception:  # a bug: the client still gets a clean end, and we get the trace
             log.exception("session producer failed")
             if not live.log.events:
                 live.log.fail(GatewayError("Internal error in the gateway"))
                 return
             self._append(
-                live, dumps(renderer.render_error(f"internal error: {error!r}", "api_error", "internal_error"))
+                live, dumps(renderer.render_error("Internal error in the gateway", "api_error", "internal_error"))
             )
         except asyncio.CancelledError:
             # `on_client_disconnect: cancel`, or the session was deleted: readers must still see an end.

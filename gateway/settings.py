@@ -175,10 +175,22 @@ class OpenApiExposure(StrEnum):
 
 
 class ServerSettings(Frozen):
+    """The HTTP edge: what one request may cost before it is refused."""
+
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
     max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
     openapi: OpenApiExposure = OpenApiExposure.ADMIN
+    # Deeper JSON is a 400 before anything is reserved. The ceiling keeps every body the gateway
+    # re-encodes (upstream request, audit digest, session transcript) under orjson's 254 levels.
+    max_json_depth: int = Field(default=64, ge=4, le=200)
+    # Bodies larger than this are decoded and validated in a worker thread, off the event loop.
+    parse_in_thread_bytes: int = Field(default=256 * 1024, ge=0)
+    header_timeout_s: Seconds = Field(default=10.0, description="a request head must arrive within this")
+    body_timeout_s: Seconds = Field(default=30.0, description="a request body must arrive within this")
+    # Connections that have not yet sent a whole request head (so cannot have been authenticated):
+    # past this many, new connections are closed at once. Authenticated traffic is capped by quotas.
+    max_unauthenticated_connections: int = Field(default=1024, ge=1)
 
 
 class EmbeddedStoreSettings(Frozen):
@@ -233,6 +245,10 @@ class AuditSettings(Frozen):
     queue_size: int = Field(default=10_000, ge=1)
     batch_size: int = Field(default=200, ge=1)
     flush_interval_s: Seconds = 0.05
+    # Requests refused for want of a valid key are not recorded one by one (anyone can send them):
+    # one record per interval counts them per source address and reason.
+    refusal_interval_s: Seconds = 60.0
+    refusal_max_sources: int = Field(default=1000, ge=1, description="more sources in an interval count as 'other'")
 
 
 class DisconnectPolicy(StrEnum):
@@ -380,12 +396,20 @@ def parse_settings(raw: Any, env: Mapping[str, str] | None = None) -> Settings:
 
 
 def load_settings(path: Path, env: Mapping[str, str] | None = None) -> Settings:
+    """Problems with the file as a whole have no key path (callers name the file once)."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigError([f"{path}: {exc.strerror or exc}"]) from None
+        raise ConfigError([str(exc.strerror or exc)]) from None
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError([f"{path}: not valid YAML: {exc}"]) from None
+        raise ConfigError([_yaml_problem(exc)]) from None
     return parse_settings(raw, env)
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    problem = getattr(exc, "problem", None)
+    return f"not valid YAML{where}: {problem or exc}"

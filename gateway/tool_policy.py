@@ -42,6 +42,14 @@ from policies import (
 
 log = logging.getLogger(__name__)
 APPROVAL_HEADER = "x-approval-id"
+TOOLS_REMOVED_HEADER = "X-Tools-Removed"
+
+
+def _header_value(names: list[str]) -> str:
+    """Tool names as one header value: a name is the client's text, so printable ASCII only."""
+    shown = ["".join(c if " " <= c <= "~" else "?" for c in name[:64]) for name in names[:32]]
+    more = len(names) - len(shown)
+    return ", ".join(shown) + (f" and {more} more" if more else "")
 
 
 class PolicyHolder:
@@ -106,7 +114,11 @@ class ToolPolicy:
                     calls = chunk.tool_calls
                     chunk.tool_calls = []
                     for call in calls:
-                        released += await self._judge(ctx, engine, policy, call, chunk)
+                        if await self._judge(ctx, engine, policy, call, chunk):
+                            # Clients merge deltas by index: each judged call gets its own, so two
+                            # calls an upstream numbered alike never merge into one nobody judged.
+                            call.index = released
+                            released += 1
                 if chunk.finish_reason == "tool_calls" and released == 0:
                     chunk.finish_reason = "stop"  # every call was withheld: the turn ends with the note
                 yield chunk
@@ -118,6 +130,14 @@ class ToolPolicy:
             kept, removed = engine.filter_tools(policy, body["tools"])
             if removed and policy is not None and policy.on_forbidden_tools is OnForbidden.REJECT:
                 raise PermissionDenied(f"this key may not use the tools: {', '.join(removed)}")
+            if removed:  # deny by default, but never silently
+                ctx.response_headers[TOOLS_REMOVED_HEADER] = _header_value(removed)
+                log.debug(
+                    "tools removed from the request (%s): %s",
+                    "no tool policy applies to this key" if policy is None else "not in its tool policy",
+                    ", ".join(removed),
+                    extra={"tools_removed": removed},
+                )
             body = {k: v for k, v in body.items() if k not in ("tools", "tool_choice")}
             if kept:
                 body["tools"] = kept
@@ -133,12 +153,20 @@ class ToolPolicy:
     def _check_tool_results(
         self, messages: list[dict[str, Any]], engine: PolicyEngine, policy: Policy | None, caller: Principal
     ) -> None:
-        calls = {
-            call.get("id"): call
-            for message in messages
-            if message.get("role") == "assistant"
-            for call in message.get("tool_calls") or ()
-        }
+        """Every tool result answers exactly one call in the conversation that this key may make.
+
+        Call ids must be unique and answered at most once: otherwise a result could be filed
+        under an allowed call while the model reads it as the answer to a forbidden one.
+        (`role: "function"` results never get here: `ParseRequest` refuses the legacy API.)
+        """
+        calls: dict[Any, dict[str, Any]] = {}
+        for index, message in enumerate(messages):
+            for call in message.get("tool_calls") or () if message.get("role") == "assistant" else ():
+                if call.get("id") in calls:
+                    param = f"messages[{index}].tool_calls"
+                    raise InvalidRequest(f"{param}: the tool call id '{call.get('id')}' is used twice", param=param)
+                calls[call.get("id")] = call
+        answered: set[Any] = set()
         for index, message in enumerate(messages):
             if message.get("role") != "tool":
                 continue
@@ -146,6 +174,9 @@ class ToolPolicy:
             call = calls.get(message.get("tool_call_id"))
             if call is None:
                 raise InvalidRequest(f"{param} answers a tool call that is not in the conversation", param=param)
+            if call.get("id") in answered:
+                raise InvalidRequest(f"{param} answers a tool call that was answered already", param=param)
+            answered.add(call.get("id"))
             function = call.get("function") or {}
             # OpenAI sends "{}" for a call without arguments; some clients drop the field.
             name, arguments = str(function.get("name")), str(function.get("arguments") or "{}")

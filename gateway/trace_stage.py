@@ -138,6 +138,8 @@ def _log_request(ctx: RequestContext, status: int, error: GatewayError | None, l
         "deployment": ctx.route.deployment,
         "status": status,
         "error": error.code if error is not None else None,
+        # What the client was not told: an upstream's own error text stays in the log.
+        "error_detail": error.message if error is not None and error.message != error.public_message else None,
         "failure_reason": failure_reason(ctx, error),
         "attempts": len(ctx.route.attempts),
         "failovers": ctx.route.failovers,

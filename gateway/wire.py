@@ -31,6 +31,10 @@ def chunk_from_openai(payload: dict[str, Any]) -> Chunk:
         if choice.get("index", 0) != 0:
             continue  # n>1 is refused at the edge; a stray choice is not ours to forward
         delta = choice.get("delta") or {}
+        if "function_call" in delta:
+            # Never asked for (the legacy API is refused at the edge), and it would pass the tool
+            # policy by: a malformed answer, like any other.
+            raise ValueError("legacy function_call in the answer")
         chunk.role = delta.get("role")
         chunk.content = delta.get("content")
         chunk.reasoning = delta.get("reasoning_content") or delta.get("reasoning")
@@ -52,14 +56,16 @@ def usage_from_openai(usage: dict[str, Any]) -> Usage:
     )
 
 
-def _tool_call_delta(raw: dict[str, Any]) -> ToolCallDelta:
+def _tool_call_delta(raw: Any) -> ToolCallDelta:
+    if not isinstance(raw, dict):
+        raise TypeError("a tool_calls entry is not an object")
     function = raw.get("function") or {}
-    return ToolCallDelta(
-        index=int(raw.get("index", 0)),
-        id=raw.get("id"),
-        name=function.get("name"),
-        arguments=function.get("arguments") or "",
-    )
+    if not isinstance(function, dict):
+        raise TypeError("a tool call's function is not an object")
+    name, arguments, call_id = function.get("name"), function.get("arguments") or "", raw.get("id")
+    if not (isinstance(name, str | None) and isinstance(arguments, str) and isinstance(call_id, str | None)):
+        raise TypeError("a tool call's id, name or arguments is not a string")
+    return ToolCallDelta(index=int(raw.get("index", 0)), id=call_id, name=name, arguments=arguments)
 
 
 class ChunkRenderer:

@@ -1,8 +1,11 @@
 """The `replay run` and `replay compare` commands; `gateway/cli/replay.py` groups them.
 
-Exit codes of `run`: 0 all gates passed and the figures are trustworthy; 1 a gate failed; 3 the
-tool's own event-loop lag made the timings unreliable (unless --allow-lag). `compare` exits 1 on a
-significant regression beyond the threshold. Usage errors exit 2, as click does.
+Exit codes of `run`: 0 all gates passed and the figures are trustworthy; 1 a gate failed, which
+includes the success-rate floor every run has (nothing succeeded, or less than --min-success-rate);
+3 the tool's own delay distorted more than half of the requests, so the latency figures rest on too
+few (unless --allow-lag; requests it distorted are always left out and counted). `compare` exits 1
+on a significant regression beyond the threshold and 2 when the two runs did not replay the same
+workload (unless --allow-different-workload). Usage errors exit 2, as click does.
 """
 
 from __future__ import annotations
@@ -13,17 +16,19 @@ from pathlib import Path
 import click
 
 from replay.client import ClientConfig
-from replay.compare import compare_results, render_comparison
+from replay.compare import compare_results, render_comparison, workload_mismatch
 from replay.html import write_html
-from replay.report import ResultError, load_result, render_summary, write_result
+from replay.lag import DEFAULT_FRACTION, DelayLimit
+from replay.report import ResultError, load_result, render_per_request, render_summary, write_result
 from replay.runner import LoadPlan
 from replay.samples import Overrides, PrepareError, SampleError
-from replay.session import RunOptions, replay, run_blocking
+from replay.session import DEFAULT_MIN_SUCCESS_RATE, RunOptions, replay, run_blocking
 from replay.slo import SpecError, parse_gate, parse_slo
 
 EXIT_GATE_FAILED = 1
 EXIT_INVALID = 3
 EXIT_REGRESSION = 1
+EXIT_DIFFERENT_WORKLOAD = 2
 # Requests sent at most when only --duration bounds the run: still a bound on the count.
 MAX_COUNT_FOR_DURATION = 1_000_000
 DEFAULT_OPEN_LOOP_CAP = 512
@@ -163,14 +168,25 @@ def _exit_code(document: dict[str, object], allow_lag: bool) -> int:
 @click.option("--min-goodput", type=click.FloatRange(0, 1), default=None, help="Gate: goodput under --slo >= X.")
 @click.option("--gate", "gates", multiple=True, help="Gate on the summary, e.g. success_rate>=0.99, ttft_p99<=1s.")
 @click.option(
+    "--min-success-rate",
+    type=click.FloatRange(0, 1),
+    default=DEFAULT_MIN_SUCCESS_RATE,
+    show_default=True,
+    help="Floor every run is gated on; a run where nothing succeeded always fails.",
+)
+@click.option(
     "--max-lag",
     "max_lag_ms",
-    type=float,
-    default=5.0,
+    type=click.FloatRange(min=0),
+    default=2.0,
     show_default=True,
-    help="Own event-loop lag p99 limit in ms (also at most 10% of TTFT p50).",
+    help="Per-request client delay limit in ms (or 3% of the request's TTFT, if larger); "
+    "requests beyond it are left out of the latency figures and counted.",
 )
-@click.option("--allow-lag", is_flag=True, help="Exit 0 even when the lag check marks the report invalid.")
+@click.option(
+    "--allow-lag", is_flag=True, help="Exit 0 even when client delay distorted more than half of the requests."
+)
+@click.option("--per-request", is_flag=True, help="Also print one line per request.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="JSON result file.")
 @click.option(
     "--html",
@@ -186,8 +202,9 @@ def run_command(samples: Path, base_url: str, api_key: str | None, headers: tupl
                 original_timing: bool, time_scale: float, count: int | None, duration: float | None,
                 drain_timeout: float, seed: int, connect_timeout: float, first_token_timeout: float,
                 stall_timeout: float, request_timeout: float, length_ok: bool, slos: tuple[str, ...],
-                min_goodput: float | None, gates: tuple[str, ...], max_lag_ms: float, allow_lag: bool,
-                out: Path | None, html_path: Path | None, quiet: bool, loop: str) -> None:  # fmt: skip
+                min_goodput: float | None, gates: tuple[str, ...], min_success_rate: float, max_lag_ms: float,
+                allow_lag: bool, per_request: bool, out: Path | None, html_path: Path | None, quiet: bool,
+                loop: str) -> None:  # fmt: skip
     """Replay SAMPLES against an OpenAI-compatible endpoint and measure it."""
     try:
         parsed_slos = tuple(parse_slo(text) for text in slos)
@@ -209,13 +226,16 @@ def run_command(samples: Path, base_url: str, api_key: str | None, headers: tupl
         overrides=Overrides(model=model, max_tokens=max_tokens, stream=stream),
         slos=parsed_slos,
         gates=tuple(parsed_gates),
-        max_lag_s=max_lag_ms / 1000,
+        delay_limit=DelayLimit(max_lag_ms / 1000, DEFAULT_FRACTION),
+        min_success_rate=min_success_rate,
         show_progress=not quiet,
     )
     try:
         document = run_blocking(replay(options), loop)
     except (SampleError, PrepareError, ValueError) as exc:
         raise click.UsageError(str(exc)) from exc
+    if per_request:
+        click.echo(render_per_request(document))
     click.echo(render_summary(document))
     if out is not None:
         write_result(out, document)
@@ -246,13 +266,24 @@ def run_command(samples: Path, base_url: str, api_key: str | None, headers: tupl
 @click.option("--resamples", type=click.IntRange(100, 100_000), default=2000, show_default=True)
 @click.option("--confidence", type=click.FloatRange(0.5, 0.999), default=0.95, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap.")
+@click.option(
+    "--allow-different-workload",
+    is_flag=True,
+    help="Compare even when the runs replayed different samples or settings (warned, not refused).",
+)
 def compare_command(base: Path, candidate: Path, threshold: float, rate_threshold: float, resamples: int,
-                    confidence: float, seed: int) -> None:  # fmt: skip
+                    confidence: float, seed: int, allow_different_workload: bool) -> None:  # fmt: skip
     """Compare two result files; exit 1 on a significant regression beyond the threshold."""
     try:
         base_doc, candidate_doc = load_result(base), load_result(candidate)
     except ResultError as exc:
         raise click.UsageError(str(exc)) from exc
+    mismatch = workload_mismatch(base_doc, candidate_doc)
+    if mismatch is not None:
+        if not allow_different_workload:
+            click.echo(f"refusing to compare: {mismatch} (--allow-different-workload to compare anyway)", err=True)
+            sys.exit(EXIT_DIFFERENT_WORKLOAD)
+        click.echo(f"WARNING: {mismatch}; the comparison below may show the workload, not the endpoint", err=True)
     verdicts = compare_results(base_doc, candidate_doc, threshold=threshold, rate_threshold=rate_threshold,
                                resamples=resamples, confidence=confidence, seed=seed)  # fmt: skip
     click.echo(render_comparison(verdicts, base_doc, candidate_doc, (str(base), str(candidate))))

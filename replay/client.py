@@ -1,15 +1,23 @@
 """Sending one request and turning what came back into a classified `RequestRecord`.
 
-Timing: `time.perf_counter()` is read when the request body has been written (httpx's trace hook),
-on every network read, and when `[DONE]` arrives. Client-side timeouts are one asyncio deadline
-that moves with the phase of the exchange: until the first output chunk it is the first-token
-deadline, after it every read pushes it to now + stall timeout, and nothing passes the overall
-request deadline. So the phase at expiry names the timeout, and every request is bounded.
+Timing: `time.perf_counter()` is read just before the first byte of the request is handed to the
+transport (httpx's trace hook at the start of the header write, after any connect: the clock of
+TTFT and E2E), when the body has been written (the gap is this request's write delay), on every
+network read, and when `[DONE]` arrives. The start stamp is taken before the write rather than after
+it because the write yields to the event loop: a stamp after it can land after the server already
+had the request, which cut loop time out of TTFT and made it read low. Taken before, whatever the
+loop does can only make a figure read high, and the per-request client delay says by how much.
+
+Client-side timeouts are one asyncio deadline that moves with the phase of the exchange: until the
+first output chunk it is the first-token deadline, after it every read pushes it to now + stall
+timeout, and nothing passes the overall request deadline. So the phase at expiry names the
+timeout, and every request is bounded.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import importlib
 import ssl
@@ -24,6 +32,7 @@ from replay import record as r
 from replay.record import RequestRecord
 from replay.samples import Prepared
 from replay.stream import SseSplitter, StreamState, estimate_tokens, first_invalid_arguments
+from replay.wire import coalescing_transport
 
 # httpx imports httpcore when the first client is built (~60 ms) and httpcore imports these on the
 # first connection (~20 ms); inside the measured run that stalls the event loop and shows up as lag.
@@ -78,8 +87,9 @@ def make_http_client(
     timeout = httpx.Timeout(
         connect=config.connect_timeout_s, read=None, write=config.connect_timeout_s, pool=config.connect_timeout_s
     )
-    verify: ssl.SSLContext | bool = tls if tls is not None else True
-    return httpx.AsyncClient(limits=limits, timeout=timeout, headers=headers, transport=transport, verify=verify)
+    if transport is None:
+        transport = coalescing_transport(tls if tls is not None else ssl.create_default_context(), connections)
+    return httpx.AsyncClient(limits=limits, timeout=timeout, headers=headers, transport=transport)
 
 
 class ClientPool:
@@ -94,21 +104,37 @@ class ClientPool:
 
     def __init__(self, config: ClientConfig, size: int, transport: httpx.AsyncBaseTransport | None = None) -> None:
         self._config, self._size, self._transport = config, max(1, size), transport
-        # LIFO reuse keeps the warm, already connected clients busy first.
-        self._free: asyncio.LifoQueue[httpx.AsyncClient] = asyncio.LifoQueue()
+        # LIFO reuse keeps the warm, already connected clients busy first. Each free client carries
+        # when it was released, so a request knows since when one has been available to it.
+        self._free: list[tuple[httpx.AsyncClient, float]] = []
+        self._waiting: collections.deque[asyncio.Future[tuple[httpx.AsyncClient, float]]] = collections.deque()
         self._made: list[httpx.AsyncClient] = []
         # httpx builds a TLS context for every client, even for plain http; one shared is enough.
         self._tls = ssl.create_default_context()
 
-    async def acquire(self) -> httpx.AsyncClient:
-        """A client for one request; waits while `size` requests are in flight."""
-        if self._free.empty() and len(self._made) < self._size:
+    async def acquire(self) -> tuple[httpx.AsyncClient, float | None]:
+        """A client for one request, and since when a client has been available (None: at once,
+        a new one); waits while `size` requests are in flight."""
+        if not self._free and len(self._made) < self._size:
             self._made.append(make_http_client(self._config, 1, self._transport, self._tls))
-            return self._made[-1]
-        return await self._free.get()
+            return self._made[-1], None
+        if self._free:
+            # With room for another client, one was available all along; else since the oldest release.
+            since = None if len(self._made) < self._size else min(freed for _, freed in self._free)
+            return self._free.pop()[0], since
+        waiter: asyncio.Future[tuple[httpx.AsyncClient, float]] = asyncio.get_running_loop().create_future()
+        self._waiting.append(waiter)
+        client, freed = await waiter
+        return client, freed
 
     def release(self, client: httpx.AsyncClient) -> None:
-        self._free.put_nowait(client)
+        freed = time.perf_counter()
+        while self._waiting:
+            waiter = self._waiting.popleft()
+            if not waiter.done():  # a waiter whose acquire was cancelled is skipped
+                waiter.set_result((client, freed))
+                return
+        self._free.append((client, freed))
 
     async def aclose(self) -> None:
         await asyncio.gather(*(client.aclose() for client in self._made), return_exceptions=True)
@@ -141,6 +167,7 @@ class _Exchange:
         self._loop = asyncio.get_running_loop()
         self.dispatched = time.perf_counter()
         self._sent: float | None = None
+        self._written: float | None = None
         self._ended: float | None = None
         self._headers: float | None = None
         self.record = RequestRecord(index, prepared.sample_id, prepared.stream, self.dispatched - origin)
@@ -151,8 +178,10 @@ class _Exchange:
         self.guard = asyncio.timeout_at(min(self._loop.time() + first, self._overall))
 
     async def _trace(self, name: str, info: dict[str, Any]) -> None:
-        if name.endswith("send_request_body.complete"):
+        if name.endswith("send_request_headers.started"):
             self._sent = time.perf_counter()
+        elif name.endswith("send_request_body.complete"):
+            self._written = time.perf_counter()
 
     async def run(self, http: httpx.AsyncClient) -> None:
         request = http.build_request(
@@ -274,6 +303,15 @@ class _Exchange:
         return self._sent if self._sent is not None else self.dispatched
 
     @property
+    def write_delay(self) -> float | None:
+        """From the clock's start to the whole request written: event-loop time inside TTFT."""
+        return self._written - self._sent if self._written is not None and self._sent is not None else None
+
+    @property
+    def expects_tool_call(self) -> bool | None:
+        return self._prepared.expect_tool_call
+
+    @property
     def headers_at(self) -> float | None:
         return self._headers
 
@@ -305,6 +343,9 @@ def _call_arguments(calls: Any) -> list[str]:
 def _complete_record(exchange: _Exchange, ended: float) -> RequestRecord:
     record, state, sent = exchange.record, exchange.state, exchange.sent
     record.setup_s = sent - exchange.dispatched
+    record.write_delay_s = exchange.write_delay
+    record.expect_tool_call = exchange.expects_tool_call
+    record.tool_call = bool(state.tool_args)
     record.headers_s = exchange.headers_at - sent if exchange.headers_at is not None else None
     record.event_times_s = [t - sent for t in state.event_times]
     record.output_times_s = [t - sent for t in state.output_times]
@@ -339,6 +380,9 @@ def _classify_output(record: RequestRecord, state: StreamState, exchange: _Excha
             state.fail(r.EMPTY_OUTPUT, f"no content, reasoning or tool call (finish_reason {state.finish_reason})")
         elif invalid is not None:
             state.fail(r.INVALID_TOOL_ARGS, invalid)
+        elif exchange.expects_tool_call and not state.tool_args:
+            detail = f"expect_tool_call, but the answer had none (finish_reason {state.finish_reason})"
+            state.fail(r.NO_TOOL_CALL, detail)
     if state.failure is None:
         record.ok = True
         return

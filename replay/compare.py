@@ -18,11 +18,30 @@ from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any
 
-from replay.metrics import Slo, counted, percentile, record_value
+from replay.metrics import Slo, counted, percentile, record_value, timed
 from replay.record import RequestRecord
 from replay.report import ms, records_of
 
 LATENCY = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "E2E"))
+
+
+def workload_mismatch(base: Mapping[str, Any], candidate: Mapping[str, Any]) -> str | None:
+    """Why the two runs did not replay the same workload the same way, or None when they did.
+
+    A result without a digest (written before it was recorded) cannot be checked, which is a
+    mismatch too: the comparison would rest on trust.
+    """
+    digests = [doc.get("run", {}).get("workload") for doc in (base, candidate)]
+    if not all(isinstance(d, dict) for d in digests):
+        return "a result has no workload digest (written by an older version), so the workloads cannot be checked"
+    if digests[0]["samples_sha256"] != digests[1]["samples_sha256"]:
+        names = [doc.get("run", {}).get("samples") for doc in (base, candidate)]
+        return f"the runs replayed different sample files ({names[0]} vs {names[1]}: contents differ)"
+    if digests[0]["settings_sha256"] != digests[1]["settings_sha256"]:
+        keys = ("plan", "overrides", "timeouts_s", "length_is_failure")
+        differ = [k for k in keys if base["run"].get(k) != candidate["run"].get(k)]
+        return f"the runs used different settings ({', '.join(differ) or 'run settings'} differ)"
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +132,7 @@ def _rate_verdict(
 
 
 def _latency_values(records: Sequence[RequestRecord], metric: str) -> list[float]:
-    return [value for record in records if record.ok and (value := record_value(record, metric)) is not None]
+    return [value for record in timed(records) if (value := record_value(record, metric)) is not None]
 
 
 def compare_results(

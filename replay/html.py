@@ -1,7 +1,9 @@
-"""The self-contained HTML report: summary, charts, failures, lag and the definitions.
+"""The self-contained HTML report: summary, charts, failures, client delay, every request and the
+definitions.
 
-One file with inline CSS and SVG, no scripts and no external references, so it can be attached to
-a ticket or opened from an air-gapped machine and look the same.
+One file with inline CSS, SVG and a few lines of inline script (clicking a column header of the
+per-request table sorts it), no external references, so it can be attached to a ticket or opened
+from an air-gapped machine and look the same.
 """
 
 from __future__ import annotations
@@ -11,8 +13,8 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from replay.metrics import LATENCY_METRICS, PERCENTILES, metric_values
-from replay.report import LATENCY_TITLES, ms, pct, records_of
+from replay.metrics import PERCENTILES, metric_values
+from replay.report import PER_REQUEST_COLUMNS, latency_rows, ms, pct, per_request_rows, records_of
 from replay.svg import bar_chart, cdf_chart, scatter_chart
 
 _STYLE = """
@@ -23,6 +25,24 @@ td.l,th.l{text-align:left}
 .bad{color:#b00;font-weight:bold}.good{color:#070}
 .charts{display:flex;flex-wrap:wrap;gap:1em}
 dt{font-weight:bold;margin-top:0.6em}
+table.sortable th{cursor:pointer;background:#f4f4f4}
+"""
+# Sorts the per-request table by the clicked column: numerically when both cells are numbers.
+_SORT_SCRIPT = """
+document.querySelectorAll('table.sortable th').forEach(function(th, col) {
+  th.addEventListener('click', function() {
+    var table = th.closest('table'), body = table.tBodies[0];
+    var up = th.dataset.dir !== 'asc'; th.dataset.dir = up ? 'asc' : 'desc';
+    var rows = Array.prototype.slice.call(body.rows);
+    rows.sort(function(a, b) {
+      var x = a.cells[col].textContent, y = b.cells[col].textContent;
+      var nx = parseFloat(x), ny = parseFloat(y);
+      var c = (!isNaN(nx) && !isNaN(ny)) ? nx - ny : x.localeCompare(y);
+      return up ? c : -c;
+    });
+    rows.forEach(function(row) { body.appendChild(row); });
+  });
+});
 """
 
 
@@ -38,22 +58,36 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1) 
 def _headline(document: Mapping[str, Any]) -> str:
     run, summary = document["run"], document["summary"]
     state = (
-        '<p class="good">Figures valid: the tool\'s own event-loop lag stayed within its limit.</p>'
+        "<p class=\"good\">Figures valid: the tool's own delay left most requests' timing untouched.</p>"
         if document["valid"]
         else f'<p class="bad">INVALID: {escape("; ".join(document["problems"]))}</p>'
     )
+    if document.get("aborted"):
+        state += f'<p class="bad">STOPPED EARLY: {escape(document["aborted"])}</p>'
+    state += "".join(f"<p><b>Hint:</b> {escape(hint)}</p>" for hint in summary.get("hints", []))
     rows = [
         ("samples", str(run.get("samples"))),
         ("endpoint", str(run.get("base_url"))),
         ("load shape", str(run.get("shape"))),
         ("requests", f"{summary['requests']} ({summary['cancelled']} cancelled, not counted)"),
         ("success rate", f"{pct(summary['success_rate'])} ({summary['succeeded']} of {summary['requests']})"),
+        ("length cut-offs", str(summary.get("length_cutoffs", 0))),
+        ("tool calls", _tool_text(summary.get("tool_calls", {}))),
         ("goodput", pct(summary.get("goodput")) + _slo_text(summary)),
         ("throughput", f"{summary.get('requests_per_s') or 0:.2f} req/s, "
                        f"{summary.get('output_tokens_per_s') or 0:.1f} output tok/s"),
         ("wall time", f"{summary['wall_s']:.2f} s"),
     ]  # fmt: skip
     return state + _table(["", ""], rows, left=2)
+
+
+def _tool_text(tools: Mapping[str, Any]) -> str:
+    if not tools.get("expected") and not tools.get("not_expected"):
+        return f"{tools.get('with_tool_call', 0)} answers carried a tool call (no expect_tool_call in the samples)"
+    return (
+        f"{tools['expected_and_got']} of {tools['expected']} that expected one got one; "
+        f"{tools['not_expected_but_got']} of {tools['not_expected']} that expected none made one"
+    )
 
 
 def _slo_text(summary: Mapping[str, Any]) -> str:
@@ -64,11 +98,12 @@ def _slo_text(summary: Mapping[str, Any]) -> str:
 def _latency(summary: Mapping[str, Any]) -> str:
     header = ["metric (ms)", "n", *(f"p{q}" for q in PERCENTILES), "mean", "max"]
     rows = []
-    for metric in LATENCY_METRICS:
-        stats = summary["latency"][metric]
+    for title, stats in latency_rows(summary):
         cells = [ms(stats.get(f"p{q}"), 2) for q in PERCENTILES] + [ms(stats.get(k), 2) for k in ("mean", "max")]
-        rows.append([LATENCY_TITLES[metric], str(stats["n"]), *cells])
-    return _table(header, rows)
+        rows.append([title, str(stats["n"]), *cells])
+    excluded = summary.get("tpot_excluded") or {}
+    note = "".join(f"<p>No TPOT for {n} requests: {escape(reason)}.</p>" for reason, n in sorted(excluded.items()))
+    return _table(header, rows) + note
 
 
 def _failures(summary: Mapping[str, Any]) -> str:
@@ -107,10 +142,28 @@ def _charts(document: Mapping[str, Any]) -> str:
     return '<div class="charts">' + "".join(charts) + "</div>"
 
 
-def _lag(lag: Mapping[str, Any]) -> str:
-    rows = [[str(lag.get(key)) for key in ("samples", "p50_ms", "p99_ms", "max_ms", "limit_ms")]]
-    verdict = escape(str(lag.get("reason", "")))
-    return _table(["ticks", "p50 (ms)", "p99 (ms)", "max (ms)", "limit (ms)"], rows, left=0) + f"<p>{verdict}</p>"
+def _timing(summary: Mapping[str, Any]) -> str:
+    timing = summary.get("timing")
+    if not timing:
+        return "<p>Not recorded.</p>"
+    header = ["", "n", *(f"p{q} (ms)" for q in PERCENTILES), "max (ms)"]
+    rows = []
+    for name, key in (("client delay", "client_delay"), ("dispatch lateness", "dispatch_late")):
+        stats = timing[key]
+        rows.append([name, str(stats["n"]), *(ms(stats.get(f"p{q}"), 2) for q in PERCENTILES), ms(stats.get("max"), 2)])
+    text = (
+        f"<p>{timing['excluded']} of {timing['excluded'] + timing['measured']} requests were left out of the latency "
+        "figures because the tool's own delay could have distorted them (see Client delay below).</p>"
+    )
+    return text + _table(header, rows)
+
+
+def _per_request(document: Mapping[str, Any]) -> str:
+    head = "".join(f"<th>{escape(name)}</th>" for name in PER_REQUEST_COLUMNS)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in row) + "</tr>" for row in per_request_rows(document)
+    )
+    return f'<table class="sortable"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
 def _gates(gates: Sequence[Mapping[str, Any]]) -> str:
@@ -134,14 +187,15 @@ def render_html(document: Mapping[str, Any]) -> str:
         ("Charts", _charts(document)),
         ("Failures", _failures(summary)),
         ("Gates", _gates(document["gates"])),
-        ("Own event-loop lag", _lag(document["lag"])),
+        ("Own client delay", _timing(summary)),
+        ("Requests (click a header to sort)", _per_request(document)),
         ("Definitions", _definitions(document["definitions"])),
     ]
     body = "".join(f"<h2>{escape(title)}</h2>{content}" for title, content in sections)
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         f"<title>replay report</title><style>{_STYLE}</style></head>"
-        f"<body><h1>Replay report</h1>{body}</body></html>"
+        f"<body><h1>Replay report</h1>{body}<script>{_SORT_SCRIPT}</script></body></html>"
     )
 
 

@@ -1,65 +1,71 @@
-"""How late the replay tool's own event loop runs, and whether that spoils its figures.
+"""How much of each request's timing is the replay tool's own doing, per request.
 
-Every timestamp the tool takes is taken by a callback on its event loop; when the loop is busy,
-the callback runs late and the timestamp is late by the same amount. A ticker that asks to wake
-every few milliseconds and records how late it actually woke measures exactly that delay.
+Every timestamp the tool takes is taken by code on its event loop; when the loop is busy (other
+streams' reads, a garbage collection, the process descheduled on a loaded machine) a read's
+timestamp is late by as long as the loop was unavailable. TTFT's clock starts before the request is
+written, so such delays can only make a figure read high, never low; this module says by how much
+for each request, so that only the requests it affects are left out of the latency figures.
 
-The ticker's own resolution is about 1 ms (the selector rounds its timeout up to whole
-milliseconds), so a limit below `MIN_LAG_LIMIT_S` cannot be judged and is raised to it.
+A ticker asks to wake every `interval_s` and records when each wake-up was due and when it came:
+the ticks are back to back, so at any moment the last tick due at or before it tells how long the
+loop had been unavailable around then. A request's client delay is the largest of:
+
+- its write delay: from the start of its clock to the whole request written (time the loop spent
+  elsewhere while the request was being handed to the socket, all of it inside TTFT);
+- the loop's stall at the read that delivered its first output (inflates TTFT);
+- the loop's stall at its last read (inflates E2E and TPOT).
+
+A request whose client delay exceeds max(`floor_s`, `fraction` x its TTFT) is excluded from the
+latency figures and counted; the rest of the run stands. The ticker's resolution is about 1 ms
+(timers are rounded to whole milliseconds), hence the floor.
+
+How late each request was dispatched against its schedule is recorded alongside: it changes the
+offered load (fewer requests in flight than planned), not any request's latency.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from replay.metrics import percentile
+from replay.record import RequestRecord
 
-MIN_LAG_LIMIT_S = 0.002
-DEFAULT_INTERVAL_S = 0.005
+DEFAULT_INTERVAL_S = 0.001
+DEFAULT_FLOOR_S = 0.002
+DEFAULT_FRACTION = 0.03
 # One hour of ticks at the default interval; a run is bounded well below that.
-DEFAULT_MAX_SAMPLES = 720_000
+DEFAULT_MAX_TICKS = 3_600_000
 
 
 @dataclass(frozen=True, slots=True)
-class LagVerdict:
-    samples: int
-    p50_s: float | None
-    p99_s: float | None
-    max_s: float | None
-    limit_s: float
-    valid: bool
-    reason: str
+class DelayLimit:
+    floor_s: float = DEFAULT_FLOOR_S
+    fraction: float = DEFAULT_FRACTION
 
-    def to_json(self) -> dict[str, object]:
-        return {
-            "samples": self.samples,
-            "p50_ms": _ms(self.p50_s),
-            "p99_ms": _ms(self.p99_s),
-            "max_ms": _ms(self.max_s),
-            "limit_ms": _ms(self.limit_s),
-            "valid": self.valid,
-            "reason": self.reason,
-        }
+    def for_ttft(self, ttft_s: float | None) -> float:
+        return max(self.floor_s, self.fraction * (ttft_s or 0.0))
 
-
-def _ms(value: float | None) -> float | None:
-    return None if value is None else round(value * 1000, 3)
+    def describe(self) -> str:
+        return f"max({self.floor_s * 1000:g} ms, {self.fraction:.0%} of the request's TTFT)"
 
 
 class LagMonitor:
-    """Start with `start()`, stop with `await stop()`; `lags_s` holds one lateness per tick."""
+    """Start with `start()`, stop with `await stop()`; `due` and `woke` hold one tick each
+    (perf_counter seconds), `stall_at` reads them."""
 
-    def __init__(self, interval_s: float = DEFAULT_INTERVAL_S, max_samples: int = DEFAULT_MAX_SAMPLES) -> None:
+    def __init__(self, interval_s: float = DEFAULT_INTERVAL_S, max_ticks: int = DEFAULT_MAX_TICKS) -> None:
         self.interval_s = interval_s
-        self.max_samples = max_samples
-        self.lags_s: list[float] = []
+        self.max_ticks = max_ticks
+        self.due: list[float] = []
+        self.woke: list[float] = []
         self._task: asyncio.Task[None] | None = None
-        self._due: float | None = None
+        self._next: float | None = None
 
     def start(self) -> None:
-        self._due = time.perf_counter() + self.interval_s
+        self._next = time.perf_counter() + self.interval_s
         self._task = asyncio.get_running_loop().create_task(self._tick())
 
     async def stop(self) -> None:
@@ -70,37 +76,41 @@ class LagMonitor:
         self._task = None
         # A tick that was already overdue at the end still tells how late the loop was.
         now = time.perf_counter()
-        if self._due is not None and now > self._due and len(self.lags_s) < self.max_samples:
-            self.lags_s.append(now - self._due)
+        if self._next is not None and now > self._next and len(self.due) < self.max_ticks:
+            self.due.append(self._next)
+            self.woke.append(now)
 
     async def _tick(self) -> None:
         # perf_counter, not loop.time(): uvloop's clock only has millisecond resolution.
-        while self._due is not None and len(self.lags_s) < self.max_samples:
-            await asyncio.sleep(max(0.0, self._due - time.perf_counter()))
+        while self._next is not None and len(self.due) < self.max_ticks:
+            await asyncio.sleep(max(0.0, self._next - time.perf_counter()))
             now = time.perf_counter()
-            self.lags_s.append(max(0.0, now - self._due))
+            self.due.append(self._next)
+            self.woke.append(max(now, self._next))
             # From the actual wake-up, so one long stall counts once rather than as a backlog.
-            self._due = now + self.interval_s
+            self._next = now + self.interval_s
 
-    def verdict(self, ttft_p50_s: float | None, max_lag_s: float, ttft_fraction: float) -> LagVerdict:
-        return judge_lag(self.lags_s, ttft_p50_s, max_lag_s, ttft_fraction)
+    def stall_at(self, moment: float) -> float:
+        """How long the loop had owed the ticker at `moment`: from the last tick due at or before it
+        to that tick's wake-up or `moment`, whichever came first (a stall after the read did not
+        delay it)."""
+        index = bisect.bisect_right(self.due, moment) - 1
+        return max(0.0, min(self.woke[index], moment) - self.due[index]) if index >= 0 else 0.0
+
+    def lateness(self) -> list[float]:
+        return [woke - due for due, woke in zip(self.due, self.woke, strict=True)]
 
 
-def judge_lag(lags_s: list[float], ttft_p50_s: float | None, max_lag_s: float, ttft_fraction: float) -> LagVerdict:
-    """Valid when the lag p99 stays within min(max_lag, fraction x TTFT p50), floored at the
-    ticker's resolution: past that, the lag is a visible share of the TTFT being reported."""
-    limit = max_lag_s
-    if ttft_p50_s is not None:
-        limit = min(limit, ttft_fraction * ttft_p50_s)
-    limit = max(limit, MIN_LAG_LIMIT_S)
-    ordered = sorted(lags_s)
-    if not ordered:
-        return LagVerdict(0, None, None, None, limit, True, "no tick fell due: the run was shorter than one tick")
-    p99 = percentile(ordered, 99)
-    valid = p99 <= limit
-    reason = (
-        f"lag p99 {p99 * 1000:.2f} ms within the {limit * 1000:.2f} ms limit"
-        if valid
-        else f"lag p99 {p99 * 1000:.2f} ms exceeds the {limit * 1000:.2f} ms limit: timings are distorted"
-    )
-    return LagVerdict(len(ordered), percentile(ordered, 50), p99, ordered[-1], limit, valid, reason)
+def assess(records: Sequence[RequestRecord], monitor: LagMonitor, origin: float, limit: DelayLimit) -> None:
+    """Set each record's client delay and whether its timing is trustworthy (in place)."""
+    for record in records:
+        if record.setup_s is None:
+            continue
+        sent = origin + record.start_s + record.setup_s
+        delays = [record.write_delay_s or 0.0]
+        if record.ttft_s is not None:
+            delays.append(monitor.stall_at(sent + record.ttft_s))
+        if record.e2e_s is not None:
+            delays.append(monitor.stall_at(sent + record.e2e_s))
+        record.client_delay_s = max(delays)
+        record.timing_ok = record.client_delay_s <= limit.for_ttft(record.ttft_s)

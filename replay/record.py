@@ -25,6 +25,7 @@ CONTENT_FILTER: Final = "content_filter"
 LENGTH: Final = "length"
 EMPTY_OUTPUT: Final = "empty_output"
 INVALID_TOOL_ARGS: Final = "invalid_tool_args"
+NO_TOOL_CALL: Final = "no_tool_call"
 # Still running when the run's drain deadline passed: the tool gave up, not the server.
 CANCELLED: Final = "cancelled"
 
@@ -43,6 +44,7 @@ REASON_LABELS: Final = (
     (LENGTH, "finish_reason length the sample did not expect"),
     (EMPTY_OUTPUT, "finished without content, reasoning or tool call"),
     (INVALID_TOOL_ARGS, "tool call arguments are not a JSON object"),
+    (NO_TOOL_CALL, "the sample expected a tool call (expect_tool_call) and got none"),
     (CANCELLED, "still running when the run ended (not counted)"),
 )
 
@@ -59,7 +61,7 @@ def reason_group(reason: str) -> str:
         return "timeout"
     if reason in (STREAM_CUT, MALFORMED_CHUNK, INBAND_ERROR):
         return "stream"
-    if reason in (CONTENT_FILTER, LENGTH, EMPTY_OUTPUT, INVALID_TOOL_ARGS):
+    if reason in (CONTENT_FILTER, LENGTH, EMPTY_OUTPUT, INVALID_TOOL_ARGS, NO_TOOL_CALL):
         return "output"
     return "connection"
 
@@ -94,14 +96,42 @@ class RequestRecord:
     tokens_source: str | None = None  # "usage", "chunks" or "estimate"
     event_times_s: list[float] = field(default_factory=list)  # every SSE data event
     output_times_s: list[float] = field(default_factory=list)  # events carrying output
+    expect_tool_call: bool | None = None  # from the sample; None when it does not say
+    tool_call: bool = False  # the answer carried at least one tool call
+    # The tool's own part in this request's timing (see replay/lag.py): how late it was dispatched
+    # against its schedule, how long writing the request took after the clock started, and the
+    # largest delay that could have entered its TTFT or E2E (write delay, or the event loop's stall
+    # at the first-output read or the last read).
+    dispatch_late_s: float | None = None
+    write_delay_s: float | None = None
+    client_delay_s: float | None = None
+    timing_ok: bool = True  # False: client_delay_s beyond the limit, so left out of latency figures
 
     @property
-    def tpot_s(self) -> float | None:
-        """(E2E - TTFT) / (output tokens - 1); undefined below two tokens or without a stream."""
+    def produced_output(self) -> bool:
+        """Succeeded, or was only cut off by finish_reason length: its timings are real either way."""
+        return self.ok or (self.reason == LENGTH and bool(self.output_times_s))
+
+    @property
+    def tpot_excluded(self) -> str | None:
+        """Why this request has no TPOT; None when it has one (or never could: not a stream)."""
         if not self.stream or self.ttft_s is None or self.e2e_s is None:
             return None
         if self.output_tokens is None or self.output_tokens < 2:
+            return "fewer than two output tokens"
+        if len(self.output_times_s) < 2:
+            # All tokens arrived in one chunk (a tool call sent whole, a buffering proxy): the gap
+            # TPOT would divide is the time from that chunk to [DONE], not generation.
+            return "all output arrived in one chunk"
+        return None
+
+    @property
+    def tpot_s(self) -> float | None:
+        """(E2E - TTFT) / (output tokens - 1); undefined below two tokens, for a single chunk of
+        output, or without a stream."""
+        if not self.stream or self.ttft_s is None or self.e2e_s is None or self.tpot_excluded is not None:
             return None
+        assert self.output_tokens is not None
         return (self.e2e_s - self.ttft_s) / (self.output_tokens - 1)
 
     @property
@@ -112,6 +142,7 @@ class RequestRecord:
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["tpot_s"] = self.tpot_s
+        data["tpot_excluded"] = self.tpot_excluded
         data["event_times_s"] = [round(t, 6) for t in self.event_times_s]
         data["output_times_s"] = [round(t, 6) for t in self.output_times_s]
         return data

@@ -5,9 +5,13 @@
 - original: the samples' own timestamps, gaps multiplied by the time scale.
 
 Open loops still cap the requests in flight (the connection pool's size): a request due while the
-cap is reached waits, and that wait shows up as its late `start_s`. Dispatching stops after
-`count` requests or `duration_s`, whichever comes first; requests still running `drain_s` later
-are cancelled and recorded as such, so a run never outlives duration + drain.
+cap is reached waits, and that wait shows up as its late `start_s`. Each record keeps how late it
+was dispatched against when it was due (its offset, or the moment a client came free when it had to
+wait for one): the tool's own lateness, which changes the offered load. Dispatching stops after
+`count` requests or `duration_s`, whichever comes first, or as soon as the first answer is a 404
+while nothing has succeeded (an unknown model or a wrong URL: every request would get the same);
+requests still running `drain_s` later are cancelled and recorded as such, so a run never outlives
+duration + drain.
 """
 
 from __future__ import annotations
@@ -134,6 +138,8 @@ class RunResult:
     wall_s: float
     started_at: float  # unix time of the first dispatch
     lag: LagMonitor
+    origin: float  # perf_counter of the run's start; records' start_s count from it
+    aborted: str | None = None  # why dispatching stopped early, when it did
 
 
 class Runner:
@@ -158,6 +164,8 @@ class Runner:
         self._crashes: list[BaseException] = []
         self._origin = time.perf_counter()
         self._last_done = self._origin
+        self._succeeded = 0
+        self._aborted: str | None = None
 
     async def run(self) -> RunResult:
         lag = LagMonitor()
@@ -181,24 +189,30 @@ class Runner:
             # send_one classifies every server behaviour; an exception here is a bug in the tool.
             raise self._crashes[0]
         self._records.sort(key=lambda record: record.index)
-        return RunResult(self._records, self._last_done - self._origin, started_at, lag)
+        return RunResult(self._records, self._last_done - self._origin, started_at, lag, self._origin, self._aborted)
 
     async def _dispatch(self) -> None:
         loop = asyncio.get_running_loop()
         start = loop.time()
         end = start + self._plan.duration_s
         for index, prepared in enumerate(self._requests):
-            due = start + self._offsets[index] if self._offsets is not None else start
-            if due >= end:
+            offset = self._offsets[index] if self._offsets is not None else 0.0
+            due = start + offset
+            if due >= end or self._aborted is not None:
                 break
             await asyncio.sleep(max(0.0, due - loop.time()))
             try:
                 # The pool holds `concurrency` clients: waiting for one is the in-flight cap.
                 async with asyncio.timeout_at(end):
-                    http = await self._pool.acquire()
+                    http, freed = await self._pool.acquire()
             except TimeoutError:
                 break
-            task = loop.create_task(self._one(index, prepared, http))
+            if self._aborted is not None:
+                self._pool.release(http)
+                break
+            # Due at its scheduled offset, or later if no client was free until then.
+            due_s = max(offset, (freed - self._origin) if freed is not None else 0.0)
+            task = loop.create_task(self._one(index, prepared, http, due_s))
             self._tasks.add(task)
             task.add_done_callback(self._finished)
 
@@ -208,7 +222,7 @@ class Runner:
         if error is not None:
             self._crashes.append(error)
 
-    async def _one(self, index: int, prepared: Prepared, http: httpx.AsyncClient) -> None:
+    async def _one(self, index: int, prepared: Prepared, http: httpx.AsyncClient, due_s: float) -> None:
         self.counts.sent += 1
         self._in_flight[index] = time.perf_counter() - self._origin
         try:
@@ -216,6 +230,15 @@ class Runner:
         finally:
             self._pool.release(http)
         del self._in_flight[index]
+        record.dispatch_late_s = max(0.0, record.start_s - due_s)
+        self._succeeded += 1 if record.ok else 0
+        if record.status == 404 and self._succeeded == 0 and self._aborted is None:
+            # Every other request would get the same answer (an unknown model, a wrong base URL):
+            # stop sending rather than report a run of 404s.
+            self._aborted = (
+                f"the first answer was HTTP 404 and nothing had succeeded, so no more requests were sent "
+                f"({record.detail[:160]}); check the model name (--model) and --base-url"
+            )
         self._records.append(record)
         self.counts.done += 1
         self.counts.failed += 0 if record.ok else 1

@@ -43,7 +43,10 @@ _SHAREGPT_ROLES = {
 }
 _CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
 # Keys of our JSONL lines that describe the sample rather than being part of the request.
-_PLAIN_META = frozenset({"id", "timestamp", "expect_finish_reason"})
+_PLAIN_META = frozenset({"id", "timestamp", "expect_finish_reason", "expect_tool_call"})
+# A model name sample sets use to mean "whatever the endpoint serves" (the shared BFCL samples do);
+# no server has a model of that name, so such a sample needs --model.
+PLACEHOLDER_MODELS = frozenset({"default"})
 
 
 class SampleError(ValueError):
@@ -60,6 +63,7 @@ class Sample:
     timestamp: float | None = None
     category: str | None = None
     expect_finish_reason: str | None = None
+    expect_tool_call: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +158,7 @@ def _plain(item: dict[str, Any], where: str) -> Sample | str:
         format="jsonl",
         timestamp=parse_timestamp(item.get("timestamp")),
         expect_finish_reason=expect if isinstance(expect, str) else None,
+        expect_tool_call=_flag(item.get("expect_tool_call")),
     )
 
 
@@ -169,7 +174,12 @@ def _shared(item: dict[str, Any], where: str) -> Sample | str:
         timestamp=parse_timestamp(item.get("timestamp")),
         category=item.get("category") if isinstance(item.get("category"), str) else None,
         expect_finish_reason=expect if isinstance(expect, str) else None,
+        expect_tool_call=_flag(item.get("expect_tool_call")),
     )
+
+
+def _flag(value: Any) -> bool | None:
+    return value if isinstance(value, bool) else None
 
 
 def _batch(item: dict[str, Any]) -> Sample | str:
@@ -253,6 +263,7 @@ class Prepared:
     body: bytes
     stream: bool
     expect_length: bool  # finish_reason "length" is what the sample (or operator) asked for
+    expect_tool_call: bool | None = None
 
 
 def apply_overrides(body: dict[str, Any], overrides: Overrides) -> dict[str, Any]:
@@ -280,6 +291,11 @@ def prepare(sample: Sample, overrides: Overrides) -> Prepared:
     body = apply_overrides(sample.body, overrides)
     if not isinstance(body.get("model"), str) or not body["model"]:
         raise PrepareError(f"sample {sample.id} names no model; pass --model")
+    if body["model"] in PLACEHOLDER_MODELS:
+        raise PrepareError(
+            f"sample {sample.id} names the placeholder model {body['model']!r}, which no server serves; "
+            "pass --model NAME to send it to a real model"
+        )
     # With --max-tokens the operator caps the output on purpose, so hitting the cap is expected.
     expect_length = sample.expect_finish_reason == "length" or overrides.max_tokens is not None
     return Prepared(
@@ -287,6 +303,7 @@ def prepare(sample: Sample, overrides: Overrides) -> Prepared:
         body=orjson.dumps(body),
         stream=body.get("stream") is True,
         expect_length=expect_length,
+        expect_tool_call=sample.expect_tool_call,
     )
 
 

@@ -1,22 +1,25 @@
 """One replay from options to result document, usable without the CLI.
 
 This is where the pieces meet: samples are loaded and prepared, the runner sends them, and the
-records become a summary that is judged against the gates and against the tool's own lag.
+records become a summary that is judged against the gates, the success-rate floor, and the tool's
+own per-request delay (replay/lag.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import hashlib
 from collections.abc import Coroutine
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
+import orjson
 
 from replay.client import ClientConfig, ClientPool, warm_up_stack
-from replay.lag import judge_lag
+from replay.lag import DelayLimit, assess
 from replay.metrics import Slo, summarize
 from replay.report import result_document
 from replay.runner import LoadPlan, Runner, arrival_offsets, order_for_plan
@@ -24,6 +27,10 @@ from replay.samples import Overrides, SampleSet, load_samples, prepare_all
 from replay.slo import Gate, judge_gates
 
 _T = TypeVar("_T")
+# A run where most requests fail measured an error path, not the endpoint: exit non-zero by default.
+DEFAULT_MIN_SUCCESS_RATE = 0.5
+# More than this share of requests stopping at max_tokens earns a hint in the report.
+LENGTH_HINT_SHARE = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,8 +41,10 @@ class RunOptions:
     overrides: Overrides = field(default_factory=Overrides)
     slos: tuple[Slo, ...] = ()
     gates: tuple[Gate, ...] = ()
-    max_lag_s: float = 0.005
-    lag_ttft_fraction: float = 0.1
+    delay_limit: DelayLimit = field(default_factory=DelayLimit)
+    # Past this share of requests excluded for the tool's own delay, the figures rest on too few.
+    max_excluded_share: float = 0.5
+    min_success_rate: float = DEFAULT_MIN_SUCCESS_RATE
     show_progress: bool = False
     extra: dict[str, Any] = field(default_factory=dict)  # shown in the result's `run` section
 
@@ -82,16 +91,55 @@ async def replay(options: RunOptions, transport: httpx.AsyncBaseTransport | None
     finally:
         gc.unfreeze()
         await pool.aclose()
+    assess(result.records, result.lag, result.origin, options.delay_limit)
     summary = summarize(result.records, result.wall_s, options.slos)
-    lag = judge_lag(result.lag.lags_s, summary["latency"]["ttft"]["p50"], options.max_lag_s, options.lag_ttft_fraction)
+    summary["hints"] = _hints(summary)
+    gates = [*judge_gates(options.gates, summary), _success_floor(summary, options.min_success_rate)]
     return result_document(
         run=_run_section(options, plan, samples, result.started_at, runner.counts.sent),
         records=result.records,
         summary=summary,
-        lag=lag.to_json(),
-        gates=judge_gates(options.gates, summary),
-        problems=[] if lag.valid else [lag.reason],
+        gates=gates,
+        problems=_problems(summary, options),
+        aborted=result.aborted,
     )
+
+
+def _success_floor(summary: dict[str, Any], floor: float) -> dict[str, Any]:
+    """The gate every run has: something succeeded, and at least `floor` of the requests did."""
+    rate = summary["success_rate"]
+    passed = summary["succeeded"] > 0 and rate is not None and rate >= floor
+    return {"gate": f"success_rate>={floor:g} (floor, --min-success-rate)", "value": rate, "passed": passed}
+
+
+def _problems(summary: dict[str, Any], options: RunOptions) -> list[str]:
+    timing = summary["timing"]
+    share = timing["excluded_share"]
+    if share is None or share <= options.max_excluded_share:
+        return []
+    return [
+        f"the tool's own delay exceeded {options.delay_limit.describe()} on {timing['excluded']} of "
+        f"{timing['excluded'] + timing['measured']} requests (more than {options.max_excluded_share:.0%}): "
+        "the latency figures rest on the rest only"
+    ]
+
+
+def _hints(summary: dict[str, Any]) -> list[str]:
+    hints = []
+    cutoffs, total = summary["length_cutoffs"], summary["requests"]
+    if total and cutoffs > LENGTH_HINT_SHARE * total:
+        hints.append(
+            f"{cutoffs} of {total} requests stopped at their max_tokens (finish_reason length). Their latency "
+            "is reported; to count them as successes pass --max-tokens N (cap the output on purpose) or --length-ok."
+        )
+    return hints
+
+
+def workload_digest(samples_path: Path, settings: dict[str, Any]) -> dict[str, str]:
+    """What `compare` checks to know two runs replayed the same workload the same way."""
+    samples = hashlib.sha256(samples_path.read_bytes()).hexdigest()
+    encoded = orjson.dumps(settings, option=orjson.OPT_SORT_KEYS)
+    return {"samples_sha256": samples, "settings_sha256": hashlib.sha256(encoded).hexdigest()}
 
 
 def _run_section(
@@ -99,13 +147,7 @@ def _run_section(
 ) -> dict[str, Any]:
     """What was run, against what, with which settings: the result file's `run` section."""
     client = options.client
-    return {
-        "samples": str(options.samples_path),
-        "sample_formats": samples.formats,
-        "skipped_lines": samples.skipped,
-        "base_url": client.base_url,
-        "shape": describe_shape(plan),
-        "dispatched": dispatched,
+    settings = {
         "plan": {name: getattr(plan, name) for name in plan.__dataclass_fields__},
         "overrides": {name: getattr(options.overrides, name) for name in options.overrides.__dataclass_fields__},
         "timeouts_s": {
@@ -115,6 +157,17 @@ def _run_section(
             "request": client.request_timeout_s,
         },
         "length_is_failure": client.length_is_failure,
+    }
+    return {
+        "samples": str(options.samples_path),
+        "sample_formats": samples.formats,
+        "skipped_lines": samples.skipped,
+        "base_url": client.base_url,
+        "shape": describe_shape(plan),
+        "dispatched": dispatched,
+        **settings,
+        "workload": workload_digest(options.samples_path, settings),
+        "client_delay_limit": options.delay_limit.describe(),
         "started_at": started_at,
         **options.extra,
     }

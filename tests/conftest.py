@@ -1,11 +1,49 @@
 from __future__ import annotations
 
+import ctypes
+import os
+import signal
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from gateway.cli.processes import Announced
-from tests.procs import reset, start_sim
+from tests.procs import child_pids, reset, start_sim, wait_gone
+
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Adopt orphans: a process whose parent (a demo, a gateway) died without stopping it becomes
+    pytest's child, so the check at the end of the session finds it."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """No process started by the suite outlives it: a leftover is stopped, named, and fails the run."""
+    leftover = child_pids(os.getpid())
+    if not leftover:
+        return
+    names = {pid: _command_line(pid) for pid in leftover}
+    for pid in leftover:
+        os.kill(pid, signal.SIGTERM)
+    wait_gone(leftover, timeout_s=10)
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_sep("=", "processes that outlived the tests that started them", red=True)
+        for pid, name in names.items():
+            reporter.write_line(f"{pid}: {name}", red=True)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return "(exited)"
 
 
 @pytest.fixture(scope="session")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import socket
 import subprocess
 import time
@@ -181,3 +183,43 @@ def policy_file(tmp_path: Path, text: str = WEATHER_POLICY) -> str:
     path = tmp_path / f"policy-{uuid.uuid4().hex[:8]}.yaml"
     path.write_text(text)
     return str(path)
+
+
+def child_pids(pid: int) -> set[int]:
+    """The living children of `pid`, from /proc (Linux)."""
+    children = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the process exited while we looked
+            continue
+        if fields[0] != "Z" and int(fields[1]) == pid:
+            children.add(int(stat.parent.name))
+    return children
+
+
+def is_running(pid: int) -> bool:
+    """Whether `pid` is a process that has not exited (a zombie has exited)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def wait_gone(pids: set[int], timeout_s: float = 15.0) -> set[int]:
+    """Wait (bounded) until none of `pids` runs; return those that still ran, after killing them
+    (so that a failing test leaves no orphan behind either)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for pid in pids:  # reap those that are our children (pytest adopts orphans: tests/conftest.py)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+        running = {pid for pid in pids if is_running(pid)}
+        if not running or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    for pid in running:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return running

@@ -3,6 +3,7 @@ is judged call by call, and nothing of a denied call reaches the client."""
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -125,3 +126,26 @@ async def test_turn_with_every_call_denied_ends_as_stop(store: EmbeddedStore, tm
     prelude = [*split(0, "c1", "nope", "{}", 1), Chunk(finish_reason="tool_calls")]
     chunks, _ = await run(store, tmp_path, prelude)
     assert next(c.finish_reason for c in chunks if c.finish_reason) == "stop"
+
+
+async def test_stripped_tools_are_logged_at_debug_and_named_in_a_header(
+    store: EmbeddedStore, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "policy.yaml").write_text(POLICY)
+    audit = AuditWriter(store, queue_size=100, batch_size=100, flush_interval_s=0.01)
+    stage = ToolPolicy(PolicyHolder(tmp_path / "policy.yaml"), ApprovalService(store, audit, b"s" * 32), audit, 0.01)
+    tools = [{"type": "function", "function": {"name": n}} for n in ("get_weather", "rm\r\nX-Evil: 1")]
+    body = {"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": tools}
+    ctx = RequestContext("r1", "c1", model="m", body=body)
+    ctx.principal = PRINCIPAL
+
+    async def upstream(ctx: RequestContext) -> AsyncIterator[Chunk]:
+        yield Chunk(content="ok", finish_reason="stop")
+
+    with caplog.at_level(logging.DEBUG, logger="gateway.tool_policy"):
+        assert [c.content async for c in stage(ctx, upstream)] == ["ok"]
+    assert ctx.body["tools"] == tools[:1]
+    assert ctx.response_headers["X-Tools-Removed"] == "rm??X-Evil: 1"  # no header injection
+    [record] = [r for r in caplog.records if "removed" in r.getMessage()]
+    assert record.levelno == logging.DEBUG
+    assert "rm\r\nX-Evil: 1" in record.getMessage()

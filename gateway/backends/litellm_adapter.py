@@ -8,6 +8,7 @@ translated here into the gateway's own; nothing above this module sees them.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections.abc import AsyncGenerator
 from typing import Any
@@ -45,6 +46,15 @@ _FORWARDED = (
 )
 
 
+def _openai_error() -> type[Exception]:
+    """The base class of what litellm raises. Not `litellm.exceptions.OpenAIError`: litellm's
+    mapped exceptions (InternalServerError, AuthenticationError, ...) derive from the openai
+    package's classes, not from that one, and escaped as 500s."""
+    import openai  # litellm depends on it
+
+    return openai.OpenAIError
+
+
 def _import_litellm() -> Any:
     # The cost map is fetched from the internet at import unless told otherwise, and litellm
     # reports telemetry by default: neither belongs in a gateway.
@@ -53,6 +63,9 @@ def _import_litellm() -> Any:
 
     litellm.telemetry = False
     litellm.suppress_debug_info = True
+    # litellm logs every call at INFO (with placeholder objects for redacted fields): our own
+    # request log says the same, so only its warnings are kept.
+    logging.getLogger("LiteLLM").setLevel(logging.WARNING)
     return litellm
 
 
@@ -77,6 +90,7 @@ class LiteLLMBackend:
                     api_key=self._deployment.api_key or None,
                     timeout=timeouts.stall_s,
                     drop_params=True,
+                    max_retries=0,  # the router retries, across deployments, within its deadline
                     extra_headers=request.headers or None,
                     **kwargs,
                 )
@@ -88,7 +102,10 @@ class LiteLLMBackend:
                         item = await anext(iterator)
                 except StopAsyncIteration:
                     return
-                chunk = chunk_from_openai(item.model_dump(exclude_none=True))
+                try:
+                    chunk = chunk_from_openai(item.model_dump(exclude_none=True))
+                except (KeyError, TypeError, ValueError) as exc:
+                    raise UpstreamProtocolError(f"malformed chunk ({exc})", deployment=self.name) from None
                 if chunk.carries_output:
                     phase, limit = "stall", timeouts.stall_s
                 yield chunk
@@ -96,7 +113,7 @@ class LiteLLMBackend:
             raise UpstreamTimeout(
                 f"no {phase.replace('_', ' ')} within {limit:g}s", deployment=self.name, phase=phase
             ) from None
-        except self._litellm.exceptions.OpenAIError as exc:  # litellm's common base class
+        except _openai_error() as exc:
             raise self._translate(exc) from None
 
     def _translate(self, exc: Exception) -> UpstreamError:

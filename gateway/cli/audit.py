@@ -170,25 +170,37 @@ def export_command(config_path: Path, since: str | None, until: str | None, fmt:
 
 @audit_group.command("archive")
 @config_option
-@click.option("--before-seq", type=click.IntRange(min=2), required=True, help="archive records with seq below this")
+@click.option("--before-seq", type=click.IntRange(min=2), default=None, help="archive records with seq below this")
+@click.option("--keep-last", type=click.IntRange(min=1), default=None, help="archive all but the newest N records")
 @click.option("--out", type=click.Path(path_type=Path, dir_okay=False), required=True)
-def archive_command(config_path: Path, before_seq: int, out: Path) -> None:
-    """Move old records to a JSONL file; the store keeps an anchor so the rest still verifies."""
+def archive_command(config_path: Path, before_seq: int | None, keep_last: int | None, out: Path) -> None:
+    """Move old records to a JSONL file; the store keeps an anchor so the rest still verifies.
+
+    The head of the chain (the newest record) always stays in the store."""
+    if (before_seq is None) == (keep_last is None):
+        raise click.UsageError("give one of --before-seq and --keep-last")
 
     async def work(ctx: CliContext) -> int:
+        head = await ctx.store.audit_head()
+        below = head.seq + 1 - keep_last if keep_last is not None else before_seq
+        assert below is not None
+        if below > head.seq:
+            raise click.ClickException(
+                f"refusing to archive the head of the chain: the newest record is seq {head.seq}, so "
+                f"--before-seq may be at most {head.seq} (or use --keep-last N)"
+            )
         anchor = await ctx.store.audit_anchor()
-        moved = [r async for r in iterate(ctx.store, anchor.seq + 1) if int(r["seq"]) < before_seq]
-        if not moved:
-            return 0
+        moved = [r async for r in iterate(ctx.store, anchor.seq + 1) if int(r["seq"]) < below]
         verdict = verify_records(moved, anchor, ctx.settings.audit.hmac_key.encode())
         if not verdict.ok:
             raise click.ClickException(
                 f"refusing to archive a broken chain: seq {verdict.first_bad_seq}: {verdict.reason}"
             )
-        with out.open("ab") as archive:
+        with out.open("ab") as archive:  # created even when empty: `verify --archive` reads it
             archive.write(b"".join(canonical(r) + b"\n" for r in moved))
-        last = moved[-1]
-        await ctx.store.audit_trim(before_seq, AuditHead(int(last["seq"]), str(last["hash"])))
+        if moved:
+            last = moved[-1]
+            await ctx.store.audit_trim(below, AuditHead(int(last["seq"]), str(last["hash"])))
         return len(moved)
 
     click.echo(f"archived {run(config_path, work)} records to {out}")

@@ -41,7 +41,7 @@ def register_command(path: Path, run: str, step: int, root: Path) -> None:
 @click.argument("version")
 @root_option
 def verify_command(version: str, root: Path) -> None:
-    """Recompute every file's hash; exit 1 naming each missing, truncated, changed or extra file."""
+    """Recompute every file's hash; exit 1 naming each missing, truncated, grown, changed or extra file."""
     try:
         report = CheckpointRegistry(root).verify(version)
     except RegistryError as exc:

@@ -8,16 +8,17 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import click
 
-from gateway.audit import AuditWriter
 from gateway.errors import GatewayError
 from gateway.principal import Principal, Scope
-from gateway.settings import Settings
 from gateway.store.base import Limits, Store
-from gateway.store.factory import open_store
+
+if TYPE_CHECKING:  # imported when a command runs: `gateway <group> --help` needs none of them
+    from gateway.audit import AuditWriter
+    from gateway.settings import Settings
 
 T = TypeVar("T")
 
@@ -52,7 +53,9 @@ def operator_principal() -> Principal:
 
 @asynccontextmanager
 async def cli_context(config_path: Path) -> AsyncIterator[CliContext]:
+    from gateway.audit import AuditWriter
     from gateway.cli.serve import load_or_exit
+    from gateway.store.factory import open_store
 
     settings = load_or_exit(config_path)
     store = open_store(settings.store)

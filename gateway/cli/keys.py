@@ -6,15 +6,17 @@ import re
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import orjson
 
 from gateway.cli.context import CliContext, config_option, run
-from gateway.keys import KeyService, NewKey, public_view
 from gateway.settings import MAX_LIMIT
 from gateway.store.base import KeyRecord, Limits
+
+if TYPE_CHECKING:
+    from gateway.keys import KeyService
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -38,6 +40,8 @@ def _csv(value: str) -> list[str]:
 
 
 def _service(ctx: CliContext) -> KeyService:
+    from gateway.keys import KeyService  # the service's imports only when a command runs
+
     return KeyService(ctx.store, ctx.audit)
 
 
@@ -74,6 +78,8 @@ def create_command(
     expires: str | None,
 ) -> None:
     """Create a key and print its secret (the only time it is shown)."""
+    from gateway.keys import NewKey
+
     new = NewKey(
         name=name,
         tenant=tenant,
@@ -123,6 +129,8 @@ def list_command(config_path: Path) -> None:
 @click.argument("key_id")
 def show_command(config_path: Path, key_id: str) -> None:
     """Show one key (never its secret)."""
+    from gateway.keys import public_view
+
     _print_json(public_view(run(config_path, lambda ctx: _service(ctx).get(ctx.operator, key_id))))
 
 

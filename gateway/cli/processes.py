@@ -1,13 +1,21 @@
-"""Child processes that announce their URL on their first stdout line (sims, gateways)."""
+"""Child processes that announce their URL on their first stdout line (sims, gateways).
+
+A child lives no longer than the process that started it: it runs in its own session (a
+terminal's Ctrl-C reaches only the parent, which stops its children in order) and, on Linux, asks
+the kernel for SIGTERM when its parent dies, so even a parent killed outright leaves no orphan.
+"""
 
 from __future__ import annotations
 
 import os
 import select
+import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
+from typing import IO
 
 
 class ProcessStartError(RuntimeError):
@@ -31,13 +39,39 @@ class Announced:
             self.process.stdout.close()
 
 
-def start_announcing(args: list[str], timeout_s: float = 30.0, env: dict[str, str] | None = None) -> Announced:
+_PARENT_ENV = "AGW_EXIT_WITH_PARENT"
+_PR_SET_PDEATHSIG = 1
+
+
+def exit_with_parent() -> None:
+    """Run first by `python -m gateway` and `python -m gateway.sim`: if `start_announcing` started
+    this process, have the kernel send it SIGTERM (a graceful stop) when the parent dies."""
+    parent = os.environ.pop(_PARENT_ENV, None)  # popped: our own children get their own
+    if parent is None or not sys.platform.startswith("linux"):
+        return
+    import ctypes  # here: every `gateway` command runs this function, few need ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != int(parent):  # the parent died before the request took effect
+        sys.exit(0)
+
+
+def start_announcing(
+    args: list[str], timeout_s: float = 30.0, env: dict[str, str] | None = None, stderr: IO[str] | None = None
+) -> Announced:
     """Start `python -m <args>` and wait for a line ending in its URL (`... listening on URL`)."""
+    env = {**os.environ, **(env or {})}
+    # The kernel signals the child when the *thread* that started it exits: only bind the
+    # child's life to the main thread's.
+    if threading.current_thread() is threading.main_thread():
+        env[_PARENT_ENV] = str(os.getpid())
     process = subprocess.Popen(
         [sys.executable, "-m", *args],
         stdout=subprocess.PIPE,
+        stderr=stderr,
         text=True,
-        env={**os.environ, **(env or {})},
+        env=env,
+        start_new_session=True,
     )
     assert process.stdout is not None
     deadline = time.monotonic() + timeout_s

@@ -5,16 +5,19 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from gateway.cli.serving import base_url, bind, serve
-from gateway.settings import ConfigError, Settings, load_settings
+if TYPE_CHECKING:  # imported when a command runs: `--help` needs neither the config models nor uvicorn
+    from gateway.settings import Settings
 
 LOG_LEVELS = click.Choice(["debug", "info", "warning", "error"], case_sensitive=False)
 
 
 def load_or_exit(path: Path) -> Settings:
+    from gateway.settings import ConfigError, load_settings
+
     try:
         return load_settings(path)
     except ConfigError as error:
@@ -38,6 +41,7 @@ def load_or_exit(path: Path) -> Settings:
 def serve_command(config_path: Path, host: str | None, port: int | None, log_level: str, workers: int) -> None:
     """Serve the gateway described by a config file."""
     from gateway.app import create_app  # the service's imports are paid only by commands that serve
+    from gateway.cli.serving import base_url, bind, serve
     from gateway.logging_setup import configure_logging
 
     settings = load_or_exit(config_path)
@@ -55,12 +59,14 @@ def serve_command(config_path: Path, host: str | None, port: int | None, log_lev
         click.echo(f"gateway listening on {url}/v1", nl=True)
 
     if workers == 1:
-        serve(create_app(settings), sock, announce)
+        serve(create_app(settings), sock, announce, settings.server)
         return
     from gateway.cli.workers import Supervisor
 
     # Each worker builds its app after the fork: event loops, threads and connections are per process.
-    supervisor = Supervisor(sock, workers, lambda worker_sock, ready: serve(create_app(settings), worker_sock, ready))
+    supervisor = Supervisor(
+        sock, workers, lambda worker_sock, ready: serve(create_app(settings), worker_sock, ready, settings.server)
+    )
     sys.exit(supervisor.run(announce))
 
 

@@ -3,15 +3,21 @@ URL we print is the one that is accepting connections."""
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import socket
 from collections.abc import Callable
 from typing import Any
 
+import click
 import uvicorn
 
+from gateway.cli.connection_guard import guarded_protocol
+from gateway.graceful import GracefulServer
+from gateway.settings import ServerSettings
 
-class _AnnouncingServer(uvicorn.Server):
+
+class _AnnouncingServer(GracefulServer):
     def __init__(self, config: uvicorn.Config, on_ready: Callable[[], None]) -> None:
         super().__init__(config)
         self._on_ready = on_ready
@@ -22,11 +28,25 @@ class _AnnouncingServer(uvicorn.Server):
             self._on_ready()
 
 
+def port_in_use(host: str, port: int, flag: str = "--port", free: str = "0") -> click.ClickException:
+    """The one line a newcomer needs instead of a traceback: which port, and what to do."""
+    return click.ClickException(
+        f"port {port} on {host} is already in use: stop what is listening there, or pass {flag} {free} to pick "
+        + ("free ports" if "," in free else "a free port")
+    )
+
+
 def bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
+    try:
+        sock.bind((host, port))
+    except OSError as error:
+        sock.close()
+        if error.errno == errno.EADDRINUSE:
+            raise port_in_use(host, port) from None
+        raise
     sock.listen(2048)
     sock.set_inheritable(True)
     return sock
@@ -37,15 +57,22 @@ def base_url(sock: socket.socket) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-def serve(app: Any, sock: socket.socket, on_ready: Callable[[], None]) -> None:
-    """Serve until SIGINT/SIGTERM; `on_ready` runs once the app has started and accepts."""
+def serve(app: Any, sock: socket.socket, on_ready: Callable[[], None], limits: ServerSettings | None = None) -> None:
+    """Serve until SIGINT, SIGTERM or SIGHUP, then return; `on_ready` runs once the app has started
+    and accepts.
+
+    With `limits` (the server settings), slow or never-finished request heads are cut and connections waiting
+    for one are capped (`connection_guard`)."""
+    http: Any = "httptools" if importlib.util.find_spec("httptools") else "h11"
+    if limits is not None:
+        http = guarded_protocol(limits.header_timeout_s, limits.max_unauthenticated_connections)
     config = uvicorn.Config(
         app,
         log_level="warning",
         access_log=False,
         log_config=None,  # uvicorn's records go to the root logger: JSON lines like the gateway's own
         loop="uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
-        http="httptools" if importlib.util.find_spec("httptools") else "h11",
+        http=http,
         timeout_graceful_shutdown=10,
     )
     server = _AnnouncingServer(config, on_ready)

@@ -23,6 +23,8 @@ import time
 from collections.abc import Callable
 from types import FrameType
 
+from gateway.graceful import STOP_SIGNALS
+
 log = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1
@@ -40,7 +42,8 @@ def embedded_refusal(workers: int) -> str:
 
 
 class Supervisor:
-    """Fork `count` workers running `work(sock, ready)`, keep that many alive until SIGINT/SIGTERM."""
+    """Fork `count` workers running `work(sock, ready)`, keep that many alive until SIGINT, SIGTERM
+    or SIGHUP, then stop them (SIGTERM: each finishes gracefully, as a single process would)."""
 
     def __init__(self, sock: socket.socket, count: int, work: Callable[[socket.socket, Callable[[], None]], None]):
         self._sock = sock
@@ -51,7 +54,7 @@ class Supervisor:
         self._ready_r, self._ready_w = os.pipe()
 
     def run(self, on_ready: Callable[[], None]) -> int:
-        previous = {sig: signal.signal(sig, self._stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+        previous = {sig: signal.signal(sig, self._stop) for sig in STOP_SIGNALS}
         try:
             for _ in range(self._count):
                 self._spawn()
@@ -77,8 +80,8 @@ class Supervisor:
         if pid == 0:  # the worker
             code = 1
             try:
-                signal.signal(signal.SIGINT, signal.SIG_DFL)
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                for sig in STOP_SIGNALS:
+                    signal.signal(sig, signal.SIG_DFL)
                 _die_with_parent(supervisor)
                 os.close(self._ready_r)
                 self._work(self._sock, self._ready)

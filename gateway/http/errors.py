@@ -24,7 +24,7 @@ def error_body(message: str, error_type: str, code: str, param: str | None = Non
 
 
 def gateway_error_body(error: GatewayError) -> dict[str, Any]:
-    return error_body(error.message, error.type, error.code, error.param)
+    return error_body(error.public_message, error.type, error.code, error.param)
 
 
 def _json(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> Response:

@@ -10,8 +10,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import re
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -22,16 +23,25 @@ from gateway.auth import Authenticator
 from gateway.backends.base import Chunk
 from gateway.errors import GatewayError
 from gateway.http.errors import gateway_error_body, gateway_error_response
-from gateway.http.requests import read_json_body
+from gateway.http.requests import read_body
 from gateway.pipeline import Handler, RequestContext
 from gateway.principal import Scope
 from gateway.sessions import SessionManager
+from gateway.settings import ServerSettings
 from gateway.tenancy import ModelTenancy
 from gateway.wire import ChunkRenderer, Completion, dumps
 
 log = logging.getLogger(__name__)
 
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+# A client's X-Request-Id is kept only if it is short and plain; anything else is replaced by an
+# id of our own (not refused: the id is a convenience, and refusing would break the request).
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+def request_id_from(headers: Mapping[str, str]) -> str:
+    given = headers.get("x-request-id")
+    return given if given is not None and _REQUEST_ID.match(given) else uuid.uuid4().hex
 
 
 class OpenAIApi:
@@ -41,13 +51,13 @@ class OpenAIApi:
         authenticator: Authenticator,
         sessions: SessionManager | None,
         tenancy: ModelTenancy,
-        max_body_bytes: int,
+        server: ServerSettings,
     ) -> None:
-        self._pipeline = pipeline
+        self.pipeline = pipeline
         self._authenticator = authenticator
         self._sessions = sessions
         self._tenancy = tenancy
-        self._max_body_bytes = max_body_bytes
+        self._server = server
 
     def routes(self) -> list[BaseRoute]:
         return [
@@ -57,12 +67,13 @@ class OpenAIApi:
 
     async def chat_completions(self, request: Request) -> Response:
         ctx = RequestContext(
-            request_id=request.headers.get("x-request-id") or uuid.uuid4().hex,
+            request_id=request_id_from(request.headers),
             completion_id=f"chatcmpl-{uuid.uuid4().hex}",
+            client=request.client.host if request.client else "",
             headers=request.headers,
-            read_body=functools.partial(read_json_body, request, self._max_body_bytes),
+            read_body=functools.partial(read_body, request, self._server.max_body_bytes, self._server.body_timeout_s),
         )
-        chunks = self._pipeline(ctx)
+        chunks = self.pipeline(ctx)
         try:
             first = await anext(chunks, None)
         except BaseException:

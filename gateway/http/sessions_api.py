@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
@@ -13,6 +15,9 @@ from gateway.sessions import SessionManager
 from gateway.wire import dumps
 
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+# ASCII digits only (str.isdigit() also takes '²' and other scripts' digits, which int() refuses),
+# and few enough of them to fit every store's integer.
+_SEQ = re.compile(r"^[0-9]{1,15}$")
 
 
 class SessionsApi:
@@ -36,8 +41,8 @@ class SessionsApi:
         """The events after `Last-Event-ID` (or `?after=`), then the live tail, until [DONE]."""
         principal = await self._caller(request)
         after = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
-        if not after.isdigit():
-            raise InvalidRequest("Last-Event-ID must be a sequence number", param="Last-Event-ID")
+        if not _SEQ.match(after):
+            raise InvalidRequest("Last-Event-ID must be a sequence number (1-15 digits)", param="Last-Event-ID")
         session_id = request.path_params["session_id"]
         frames = await self._sessions.resume(principal, session_id, int(after))
         headers = {**_SSE_HEADERS, "X-Session-Id": session_id}

@@ -57,6 +57,7 @@ _RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 class ProblemKind(StrEnum):
     MISSING = "missing"
     TRUNCATED = "truncated"
+    GROWN = "grown"
     CHANGED = "changed"
     UNEXPECTED = "unexpected"
     NO_MANIFEST = "no-manifest"
@@ -102,7 +103,8 @@ def _check_files(checkpoint: Path, manifest: Manifest) -> Iterator[Problem]:
             yield Problem(ProblemKind.UNSAFE, entry.path, str(error).removeprefix(f"{entry.path}: "))
             continue
         if size != entry.size:
-            yield Problem(ProblemKind.TRUNCATED, entry.path, f"{size} bytes, manifest says {entry.size}")
+            kind = ProblemKind.TRUNCATED if size < entry.size else ProblemKind.GROWN
+            yield Problem(kind, entry.path, f"{size} bytes, manifest says {entry.size}")
         elif sha256 != entry.sha256:
             yield Problem(ProblemKind.CHANGED, entry.path, "sha256 differs from manifest")
     listed = {entry.path for entry in manifest.files}

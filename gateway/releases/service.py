@@ -186,7 +186,7 @@ class ReleaseService:
 
     async def preflight(self, record: dict[str, Any], *, run_evals: bool, bring_up: bool = False) -> None:
         """Raise PreflightFailed naming every problem with this release."""
-        problems = self._checkpoint_problems(record) + await self._health_problems(record, bring_up)
+        problems = await self._checkpoint_problems(record) + await self._health_problems(record, bring_up)
         if run_evals and not problems:
             problems += await self._eval_problems(record)
         if not problems:
@@ -194,13 +194,15 @@ class ReleaseService:
         if problems:
             raise PreflightFailed(f"{record['model']}@{record['version']}: " + "; ".join(problems))
 
-    def _checkpoint_problems(self, record: dict[str, Any]) -> list[str]:
+    async def _checkpoint_problems(self, record: dict[str, Any]) -> list[str]:
         pin = record.get("checkpoint")
         if pin is None:
             return []
         from gateway.releases.checkpoints import verify
 
-        report = verify(Path(pin["path"]), expected_digest=pin["manifest_digest"])
+        # Hashing a checkpoint takes seconds per GiB: in a thread (hashlib lets go of the GIL),
+        # so that a promote or rollback does not pause traffic.
+        report = await asyncio.to_thread(verify, Path(pin["path"]), expected_digest=pin["manifest_digest"])
         return [f"checkpoint {pin['version']} {problem}" for problem in report.problems]
 
     async def _health_problems(self, record: dict[str, Any], bring_up: bool) -> list[str]:
@@ -279,7 +281,9 @@ class ReleaseService:
         for entry in await self._store.release_history(model, 100):
             if entry.get("to") == active and entry.get("from"):
                 return str(entry["from"])
-        raise InvalidRequest(f"{model} has no earlier release to roll back to; name one with to_version")
+        raise InvalidRequest(
+            f'{model} has no earlier release to roll back to; name the release (--to on the CLI, "version" over HTTP)'
+        )
 
     async def _release(self, model: str, version: str) -> dict[str, Any]:
         self._group(model)

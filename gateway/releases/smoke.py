@@ -1,8 +1,15 @@
-"""The replay smoke run of a release preflight, in its own process.
+"""The replay smoke run of a release preflight, in its own process, judged on what it measured.
 
-`gateway replay` measures its own event-loop lag and refuses figures a busy loop would distort; run
-inside the gateway, the gateway's own traffic would be that busy loop. A child process also keeps
-the replay's garbage-collector settings out of the server.
+A child process keeps the replay's event loop and garbage-collector settings out of the server.
+The verdict is read from the replay's result file, not from its exit code: the exit code also
+speaks about the measuring process (whether the replay tool's own delay distorted its timings),
+and a release must not be refused because the machine running the preflight was busy. What is
+judged is what was measured about the release:
+
+- every request succeeded (the failure reasons and an example are named otherwise);
+- goodput under the release's SLOs is at least its minimum. A request that missed an SLO by no
+  more than the replay tool's own delay on it is not judged either way (replay reports those as
+  unjudged); a miss beyond that is the release's.
 """
 
 from __future__ import annotations
@@ -10,21 +17,23 @@ from __future__ import annotations
 import asyncio
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 _TIMEOUT_S = 300.0
+_OUTPUT_LINES = 3
 
 
 async def run_smoke(smoke: dict[str, Any], base_url: str, api_key: str, model: str) -> str | None:
-    """None when the smoke run met its SLOs, else what went wrong."""
+    """None when the smoke run met its bar, else the reason, in words an operator can act on."""
     with tempfile.TemporaryDirectory(prefix="agw-smoke-") as scratch:
         out = Path(scratch) / "result.json"
         command = [sys.executable, "-m", "gateway", "replay", "run", smoke["samples"], "--base-url", base_url,
                    "--model", model, "--count", str(smoke["count"]), "--concurrency", "2", "--max-tokens", "16",
-                   "--min-goodput", str(smoke["min_goodput"]), "--quiet", "--out", str(out)]  # fmt: skip
+                   "--min-success-rate", "0", "--allow-lag", "--quiet", "--out", str(out)]  # fmt: skip
         for metric in ("ttft", "tpot"):
             if smoke.get(f"slo_{metric}_ms"):
                 command += ["--slo", f"{metric}={smoke[f'slo_{metric}_ms']:g}ms"]
@@ -38,17 +47,49 @@ async def run_smoke(smoke: dict[str, Any], base_url: str, api_key: str, model: s
                 output, _ = await process.communicate()
         except TimeoutError:
             process.kill()
+            await process.wait()
             return f"did not finish within {_TIMEOUT_S:g}s"
-        if process.returncode == 0:
-            return None
-        return _summary(out) or output.decode(errors="replace").strip().splitlines()[-1]
+        if not out.is_file():
+            tail = " / ".join(output.decode(errors="replace").strip().splitlines()[-_OUTPUT_LINES:])
+            return f"the replay did not run (exit {process.returncode}): {tail}"
+        return smoke_verdict(orjson.loads(out.read_bytes()), float(smoke.get("min_goodput", 1.0)))
 
 
-def _summary(out: Path) -> str:
-    if not out.is_file():
-        return ""
-    result = orjson.loads(out.read_bytes())
-    summary = result.get("summary", {})
-    return (
-        f"success rate {summary.get('success_rate')}, goodput {summary.get('goodput')} (gates: {result.get('gates')})"
+def smoke_verdict(result: Mapping[str, Any], min_goodput: float) -> str | None:
+    """None when every request succeeded and goodput is at least `min_goodput`; else why not."""
+    summary = result["summary"]
+    problems = []
+    if summary["requests"] == 0:
+        return "no request was sent" + (f": {result['aborted']}" if result.get("aborted") else "")
+    if summary["failed"]:
+        reasons = ", ".join(
+            f"{row['reason']} x{row['count']} (e.g. {row['example']['detail'][:160]})"
+            for row in summary["failures"]
+            if row["is_failure"]
+        )
+        problems.append(f"{summary['failed']} of {summary['requests']} requests failed: {reasons}")
+    goodput = summary.get("goodput")
+    if summary.get("slos") and summary["succeeded"]:
+        problems += _goodput_problem(summary, goodput, min_goodput)
+    return "; ".join(problems) or None
+
+
+def _goodput_problem(summary: Mapping[str, Any], goodput: float | None, min_goodput: float) -> list[str]:
+    slos = ", ".join(f"{metric}<={limit * 1000:g}ms" for metric, limit in summary["slos"].items())
+    unjudged = summary.get("unjudged_slos") or 0
+    if goodput is None:
+        return [
+            f"no request could be judged against {slos}: each missed it by no more than the replay "
+            f"tool's own delay on it ({unjudged} requests); rerun the preflight"
+        ]
+    if goodput >= min_goodput:
+        return []
+    latency = summary["latency"]
+    seen = ", ".join(
+        f"{metric} p50 {latency[metric]['p50'] * 1000:.1f} ms" for metric in summary["slos"] if latency[metric]["p50"]
     )
+    missed = summary["requests"] - (summary.get("met_slos") or 0) - unjudged
+    return [
+        f"goodput {goodput:.2f} below the required {min_goodput:g}: {missed} of {summary['requests'] - unjudged} "
+        f"requests missed {slos}" + (f" (measured {seen})" if seen else "")
+    ]

@@ -278,5 +278,7 @@ def _tpot(started: float, ttft_s: float, ended: float, usage: Usage | None) -> f
 def _final_error(error: UpstreamError) -> Exception:
     """What the client sees when every attempt failed before output."""
     if isinstance(error, UpstreamStatusError) and error.upstream_status == 429:
-        return RateLimited(f"every deployment is rate limited: {error.message}", retry_after_s=error.retry_after_s or 1)
+        return RateLimited(
+            f"every deployment is rate limited: {error.public_message}", retry_after_s=error.retry_after_s or 1
+        )
     return error

@@ -4,8 +4,32 @@ Start it with `gateway sim` (or `python -m gateway.sim`), or build the ASGI app 
 `create_sim_app(SimProfile(...))`.
 """
 
-from gateway.sim.app import create_sim_app
-from gateway.sim.faults import Faults, parse_faults
-from gateway.sim.profile import SimProfile, load_profile
+from __future__ import annotations
+
+import importlib
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gateway.sim.app import create_sim_app
+    from gateway.sim.faults import Faults, parse_faults
+    from gateway.sim.profile import SimProfile, load_profile
 
 __all__ = ["Faults", "SimProfile", "create_sim_app", "load_profile", "parse_faults"]
+
+_HOMES = MappingProxyType(
+    {
+        "create_sim_app": "gateway.sim.app",
+        "Faults": "gateway.sim.faults",
+        "parse_faults": "gateway.sim.faults",
+        "SimProfile": "gateway.sim.profile",
+        "load_profile": "gateway.sim.profile",
+    }
+)
+
+
+def __getattr__(name: str) -> Any:
+    # Imported on first use: `gateway sim --help` needs neither the app nor the pydantic models.
+    if name not in _HOMES:
+        raise AttributeError(name)
+    return getattr(importlib.import_module(_HOMES[name]), name)

@@ -1,6 +1,10 @@
 """`python -m gateway.sim` runs the sim command without the rest of the CLI."""
 
-from gateway.sim.cli import sim_command
-
 if __name__ == "__main__":
+    from gateway.cli.processes import exit_with_parent
+
+    exit_with_parent()  # first: a parent that died meanwhile ends us before we bind a port
+
+    from gateway.sim.cli import sim_command
+
     sim_command(prog_name="python -m gateway.sim")

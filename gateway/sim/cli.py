@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 import click
-
-from gateway.sim.faults import FaultError, parse_fault_fields
-from gateway.sim.profile import ProfileError
-from gateway.sim.server import load_profile, run_sim
 
 
 @click.command("sim")
@@ -42,6 +39,11 @@ def sim_command(
     fault_spec: str | None,
 ) -> None:
     """Run the simulated OpenAI-compatible backend (prints its URL once ready)."""
+    # Imported here: `gateway sim --help` needs neither the fault models nor the server.
+    from gateway.sim.faults import FaultError, parse_fault_fields
+    from gateway.sim.profile import ProfileError
+    from gateway.sim.server import load_profile, run_sim
+
     try:
         faults: dict[str, str | float | None] = dict(parse_fault_fields(fault_spec or ""))
     except FaultError as exc:
@@ -59,4 +61,12 @@ def sim_command(
         )
     except ProfileError as exc:
         raise click.UsageError(str(exc)) from exc
-    run_sim(host, port, profile)
+    try:
+        run_sim(host, port, profile)
+    except OSError as error:
+        if error.errno != errno.EADDRINUSE:
+            raise
+        raise click.ClickException(
+            f"port {port} on {host} is already in use: stop what is listening there, "
+            "or pass --port 0 to pick a free port"
+        ) from None

@@ -13,6 +13,7 @@ import sys
 
 import uvicorn
 
+from gateway.graceful import GracefulServer
 from gateway.sim.app import create_sim_app
 from gateway.sim.profile import SimProfile, load_profile
 from gateway.sim.respond import SimulatedCut
@@ -43,7 +44,7 @@ def sim_url(sock: socket.socket) -> str:
     return f"http://{shown}:{port}/v1"
 
 
-class _AnnouncingServer(uvicorn.Server):
+class _AnnouncingServer(GracefulServer):
     """A uvicorn server that prints the ready line once it accepts connections."""
 
     def __init__(self, config: uvicorn.Config, url: str) -> None:
@@ -65,7 +66,7 @@ class _HideSimulatedCuts(logging.Filter):
 
 
 def run_sim(host: str, port: int, profile: SimProfile) -> None:
-    """Serve the sim until interrupted; `port=0` picks a free port (see the printed line)."""
+    """Serve the sim until SIGINT, SIGTERM or SIGHUP; `port=0` picks a free port (see the printed line)."""
     sock = bind_socket(host, port)
     config = uvicorn.Config(
         create_sim_app(profile),

@@ -8,6 +8,7 @@ and other sim processes agree on it.
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from gateway.sim.patterns import string_matching
 from gateway.sim.text import VOCABULARY, Message, digest_rng
 
 # Small enough that even a one-property argument object arrives in several pieces, like a real
@@ -97,19 +99,59 @@ def arguments_for(parameters: object, rng: random.Random) -> dict[str, Any]:
 
 
 def value_for(schema: object, rng: random.Random) -> Any:
-    """A plausible value for a property schema; unknown schemas get a word."""
+    """A plausible value for a property schema; unknown schemas get a word.
+
+    In order: `const`, the first of `enum`, the first of `examples`, `default`, the first option
+    of `anyOf` / `oneOf`; otherwise a value of the schema's `type` that keeps to its `pattern`
+    (a simple subset: gateway/sim/patterns.py), `maxLength`, and `minimum` / `maximum` /
+    `exclusiveMinimum` / `exclusiveMaximum`.
+    """
     if not isinstance(schema, dict):
         return rng.choice(VOCABULARY)
     if "const" in schema:
         return schema["const"]
-    enum = schema.get("enum")
-    if isinstance(enum, list) and enum:
-        return enum[0]
+    for key in ("enum", "examples"):
+        listed = schema.get(key)
+        if isinstance(listed, list) and listed:
+            return listed[0]
+    if "default" in schema:
+        return schema["default"]
     for key in ("anyOf", "oneOf"):
         options = schema.get(key)
         if isinstance(options, list) and options:
             return value_for(options[0], rng)
-    return _value_of_type(_schema_type(schema), rng)
+    kind = _schema_type(schema)
+    if kind in ("integer", "number"):
+        return _bounded_number(kind, schema, rng)
+    value = _value_of_type(kind, rng)
+    if kind == "string":
+        pattern = schema.get("pattern")
+        matched = string_matching(pattern, rng) if isinstance(pattern, str) else None
+        value = value if matched is None else matched
+        max_length = schema.get("maxLength")
+        if isinstance(max_length, int) and max_length >= 0:
+            value = value[:max_length]
+    return value
+
+
+def _bounded_number(kind: str, schema: dict[str, Any], rng: random.Random) -> int | float:
+    """Within the schema's bounds; 0..100 where it sets none (the values before bounds were read)."""
+    step = 1.0 if kind == "integer" else 0.01
+
+    def bound(key: str, shift: float = 0.0) -> float | None:
+        value = schema.get(key)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return None
+        return float(value) + shift
+
+    lows = [b for b in (bound("minimum"), bound("exclusiveMinimum", step)) if b is not None]
+    highs = [b for b in (bound("maximum"), bound("exclusiveMaximum", -step)) if b is not None]
+    high = min(highs) if highs else None
+    low = max(lows) if lows else (0.0 if high is None or high >= 0 else high - 100.0)
+    high = max(low, high if high is not None else low + 100.0)  # contradictory bounds: the lower one
+    if kind == "integer":
+        return rng.randint(math.ceil(low), max(math.ceil(low), math.floor(high)))
+    return round(rng.uniform(low, high), 2)
 
 
 def _schema_type(schema: dict[str, Any]) -> str:

@@ -312,7 +312,8 @@ def test_promotion_runs_a_replay_smoke_run_against_the_release(setup: dict[str, 
     assert admin(one, "promote", {"version": "v3"}).status_code == 200
     refused = admin(one, "promote", {"version": "v4"})
     assert refused.status_code == 409
-    assert "replay smoke run" in refused.json()["error"]["message"]
+    message = refused.json()["error"]["message"]
+    assert "replay smoke run: goodput 0.00 below the required 1: 4 of 4 requests missed ttft<=0.001ms" in message
 
 
 def test_a_failing_canary_is_rolled_back_automatically(sims: list[Announced], tmp_path: Path) -> None:

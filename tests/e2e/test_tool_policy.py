@@ -92,6 +92,19 @@ def test_tenant_without_a_policy_gets_no_tools(gateway: Gateway) -> None:
     assert "tool_calls" not in message, "the tools never reached the model"
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_stripped_tools_are_named_in_a_response_header(gateway: Gateway, stream: bool) -> None:
+    """Deny by default stays, but the caller is told what the model never saw."""
+    _, key = gateway.create_key(tenant="nobody")
+    reply = ask(gateway, key, "get_weather", "delete_everything", stream=stream)
+    assert reply.status_code == 200, reply.text
+    assert reply.headers["X-Tools-Removed"] == "get_weather, delete_everything"
+    partly = ask(gateway, gateway.key, "get_weather", "delete_everything", stream=stream)
+    assert partly.headers["X-Tools-Removed"] == "delete_everything"
+    allowed = ask(gateway, gateway.key, "get_weather", stream=stream)
+    assert "X-Tools-Removed" not in allowed.headers
+
+
 def test_whitelisted_tool_call_passes(gateway: Gateway) -> None:
     message = message_of(ask(gateway, gateway.key, "get_weather", "delete_everything", choose="get_weather"))
     assert [c["function"]["name"] for c in message["tool_calls"]] == ["get_weather"]

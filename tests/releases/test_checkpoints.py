@@ -251,3 +251,12 @@ def test_concurrent_registers_from_processes_all_land(tmp_path: Path) -> None:
         versions = {future.result() for future in futures}
     assert versions == {f"run@{step}" for step in range(8)}
     assert {entry.version for entry in CheckpointRegistry(root).list()} == versions
+
+
+def test_a_file_that_grew_is_named_as_grown_not_truncated(tmp_path: Path) -> None:
+    checkpoint = sealed_dcp(tmp_path / "ck")
+    shard = checkpoint / "__1_0.distcp"
+    shard.write_bytes(shard.read_bytes() + b"appended")
+    [problem] = verify(checkpoint).problems
+    assert (problem.kind, problem.file) == (ProblemKind.GROWN, "__1_0.distcp")
+    assert str(problem).startswith("grown: __1_0.distcp")

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 import pytest
 
@@ -20,10 +21,12 @@ READY_PREFIX = "sim listening on "
 
 
 @contextlib.contextmanager
-def running_sim(*options: str) -> Iterator[str]:
-    """Start `python -m gateway.sim --port 0 ...`, yield its base URL, always stop it."""
+def running_sim(*options: str, module: str = "gateway.sim") -> Iterator[str]:
+    """Start `python -m gateway.sim --port 0 ...` (or the stamping wrapper), yield its base URL,
+    always stop it."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
-    command = [sys.executable, "-m", "gateway.sim", "--host", "127.0.0.1", "--port", "0", *options]
+    where = ("--host", "127.0.0.1", "--port", "0") if module == "gateway.sim" else ()
+    command = [sys.executable, "-m", module, *where, *options]
     proc = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
@@ -45,9 +48,22 @@ def running_sim(*options: str) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def paced_sim() -> Iterator[str]:
-    """The sim with the timing the accuracy checks compare against: TTFT 200 ms, TPOT 20 ms."""
-    with running_sim("--ttft-ms", "200", "--tpot-ms", "20", "--jitter", "0.1") as url:
+    """The sim the accuracy checks compare against (TTFT 200 ms, TPOT 20 ms), behind the wrapper
+    that stamps what the server saw of each request (tests/replay/stamping_sim.py)."""
+    options = ("--ttft-ms", "200", "--tpot-ms", "20", "--jitter", "0.1")
+    with running_sim(*options, module="tests.replay.stamping_sim") as url:
         yield url
+
+
+def server_stamps(url: str) -> dict[str, dict[str, float]]:
+    """The stamping sim's stamps per request key since the last call (it forgets them)."""
+    stamps = httpx.get(f"{url.removesuffix('/v1')}/_stamps", timeout=10).json()
+    return {stamp["key"]: stamp for stamp in stamps}
+
+
+def unique_samples(path: Path, count: int, **extra: Any) -> Path:
+    """`count` streaming samples whose last message differs, so server stamps map to requests."""
+    return write_jsonl(path, [{"id": f"u{n}", **chat_body(n, stream=True, **extra)} for n in range(count)])
 
 
 @pytest.fixture(scope="module")

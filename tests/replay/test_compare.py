@@ -12,13 +12,21 @@ from click.testing import CliRunner
 
 from gateway.cli.replay import replay_group
 from replay.compare import compare_results, median_difference_ci, resampled_median
-from replay.lag import judge_lag
 from replay.metrics import Slo, percentile, summarize
 from replay.record import RequestRecord
 from replay.report import result_document, write_result
 
+WORKLOAD = {"samples_sha256": "a" * 64, "settings_sha256": "b" * 64}
 
-def synthetic_run(ttft_ms: float, spread_ms: float, n: int = 200, seed: int = 1, failures: int = 0) -> dict[str, Any]:
+
+def synthetic_run(
+    ttft_ms: float,
+    spread_ms: float,
+    n: int = 200,
+    seed: int = 1,
+    failures: int = 0,
+    workload: dict[str, str] = WORKLOAD,
+) -> dict[str, Any]:
     """A result document whose streams have the given TTFT distribution and 20 tokens at ~20 ms."""
     draw = random.Random(seed)
     records = []
@@ -35,8 +43,8 @@ def synthetic_run(ttft_ms: float, spread_ms: float, n: int = 200, seed: int = 1,
         record.output_tokens, record.tokens_source, record.ok = 20, "usage", True
         records.append(record)
     summary = summarize(records, wall_s=n * 0.01, slos=[Slo("ttft", 0.8)])
-    lag = judge_lag([0.0005] * 100, summary["latency"]["ttft"]["p50"], 0.005, 0.1).to_json()
-    return result_document(run={"shape": "synthetic"}, records=records, summary=summary, lag=lag, gates=[], problems=[])
+    run = {"shape": "synthetic", "samples": "s.jsonl", "workload": workload, "plan": {"count": n}}
+    return result_document(run=run, records=records, summary=summary, gates=[], problems=[])
 
 
 def verdicts_by_metric(base: dict[str, Any], candidate: dict[str, Any], **options: Any) -> dict[str, str]:
@@ -109,3 +117,38 @@ def test_compare_refuses_a_file_that_is_not_a_result(tmp_path: Path) -> None:
     result = CliRunner().invoke(replay_group, ["compare", str(bogus), str(bogus)])
     assert result.exit_code == 2
     assert "not a replay result" in result.output
+
+
+def test_compare_refuses_runs_of_different_workloads_unless_told(tmp_path: Path) -> None:
+    base, other, settings = tmp_path / "base.json", tmp_path / "other.json", tmp_path / "settings.json"
+    write_result(base, synthetic_run(200, 20, seed=1))
+    write_result(other, synthetic_run(260, 20, seed=2, workload={**WORKLOAD, "samples_sha256": "c" * 64}))
+    write_result(settings, synthetic_run(200, 20, seed=2, n=100, workload={**WORKLOAD, "settings_sha256": "d" * 64}))
+    runner = CliRunner()
+    refused = runner.invoke(replay_group, ["compare", str(base), str(other)])
+    assert refused.exit_code == 2, refused.output
+    assert "different sample files" in refused.output
+    differs = runner.invoke(replay_group, ["compare", str(base), str(settings)])
+    assert differs.exit_code == 2, differs.output
+    assert "different settings (plan differ)" in differs.output
+    anyway = runner.invoke(replay_group, ["compare", str(base), str(other), "--allow-different-workload"])
+    assert anyway.exit_code == 1, anyway.output
+    assert "WARNING: the runs replayed different sample files" in anyway.output
+    assert "REGRESSION in TTFT p50" in anyway.output
+
+
+def test_a_run_records_the_digest_of_its_samples_and_settings(fast_sim: str, simple_samples: Path) -> None:
+    from replay.client import ClientConfig
+    from replay.runner import LoadPlan
+    from replay.samples import Overrides
+    from replay.session import RunOptions, replay, run_blocking
+
+    def digest(count: int) -> dict[str, str]:
+        options = RunOptions(simple_samples, ClientConfig(fast_sim), LoadPlan(count=count), Overrides(max_tokens=3))
+        document: dict[str, Any] = run_blocking(replay(options))
+        return document["run"]["workload"]
+
+    first, again, more = digest(2), digest(2), digest(3)
+    assert first == again
+    assert first["samples_sha256"] == more["samples_sha256"]
+    assert first["settings_sha256"] != more["settings_sha256"]

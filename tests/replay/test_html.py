@@ -1,4 +1,5 @@
-"""The HTML report is one self-contained file: charts as inline SVG, definitions, no scripts."""
+"""The HTML report is one self-contained file: charts as inline SVG, definitions, every request in a
+sortable table, nothing fetched from anywhere."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def test_the_report_holds_the_charts_and_definitions_without_external_references
         assert f"<title>{title}</title>" in page
     assert "Time to first token" in page
     assert "http_503" in page
-    assert "<script" not in page.lower()
+    assert page.lower().count("<script") == 1, "one inline script: the table sort"
     assert not re.search(r"""(src|href)\s*=|@import|url\(""", page), "nothing is fetched from anywhere"
 
 
@@ -42,3 +43,15 @@ def test_an_empty_run_still_renders() -> None:
 def test_axis_ticks_are_round_numbers_covering_the_range() -> None:
     assert nice_ticks(0, 230) == [0, 50, 100, 150, 200, 250]
     assert nice_ticks(0, 1.0) == [0, 0.2, 0.4, 0.6, 0.8, 1.0]
+
+
+def test_the_report_lists_every_request_in_a_sortable_table() -> None:
+    document = synthetic_run(200, 20, n=7, failures=2)
+    page = render_html(document)
+    table = page[page.index('<table class="sortable">') :]
+    table = table[: table.index("</table>")]
+    for column in ("status", "finish", "TTFT ms", "TPOT ms", "tokens", "tool call", "client delay ms"):
+        assert f"<th>{column}</th>" in table
+    assert table.count("<tr>") == 1 + 7
+    assert "http_503" in table
+    assert "addEventListener('click'" in page

@@ -1,4 +1,5 @@
-"""The metric definitions on hand-made records, SLO and gate parsing, and the lag verdict."""
+"""The metric definitions on hand-made records, SLO and gate parsing, and the per-request client
+delay."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import time
 
 import pytest
 
-from replay.lag import MIN_LAG_LIMIT_S, LagMonitor, judge_lag
-from replay.metrics import Slo, distribution, metric_values, percentile, summarize
+from replay.lag import DelayLimit, LagMonitor, assess
+from replay.metrics import Slo, distribution, metric_values, percentile, summarize, weighted_distribution
 from replay.record import CANCELLED, LENGTH, RequestRecord, reason_group
 from replay.slo import SpecError, judge_gates, parse_duration, parse_gate, parse_slo
 from replay.stream import SseSplitter, StreamState
@@ -142,16 +143,54 @@ def test_gates_judge_the_summary_and_a_missing_value_fails() -> None:
     assert [(r["value"], r["passed"]) for r in results] == [(0.98, False), (0.5, True), (None, False)]
 
 
-def test_lag_limit_is_the_smaller_of_max_lag_and_a_tenth_of_ttft_never_below_resolution() -> None:
-    calm = [0.0005] * 100
-    assert judge_lag(calm, 0.2, 0.005, 0.1).valid
-    assert judge_lag(calm, 0.2, 0.005, 0.1).limit_s == pytest.approx(0.005)
-    assert judge_lag(calm, 0.03, 0.005, 0.1).limit_s == pytest.approx(0.003)
-    assert judge_lag(calm, 0.001, 0.005, 0.1).limit_s == MIN_LAG_LIMIT_S
-    spiky = [0.0005] * 90 + [0.05] * 10
-    verdict = judge_lag(spiky, 0.2, 0.005, 0.1)
-    assert not verdict.valid
-    assert "exceeds" in verdict.reason
+def monitor_with(ticks: list[tuple[float, float]]) -> LagMonitor:
+    monitor = LagMonitor(interval_s=0.001)
+    monitor.due = [due for due, _ in ticks]
+    monitor.woke = [woke for _, woke in ticks]
+    return monitor
+
+
+def test_client_delay_excludes_only_the_requests_it_affects() -> None:
+    # Ticks every ms from 0 to 2 s, on time except one 20 ms stall of the loop at t = 1.0 s.
+    ticks, at = [], 0.0
+    while at < 2.0:
+        woke = at + (0.02 if 1.0 <= at < 1.001 else 0.0002)
+        ticks.append((at, woke))
+        at = woke + 0.001
+    monitor = monitor_with(ticks)
+    calm = streamed(0, [0.1, 0.11, 0.12], start_s=0.1, setup_s=0.0, write_delay_s=0.0001)
+    # Its first output is read at 1.02 s, as the loop comes back from the stall.
+    stalled_read = streamed(1, [0.1, 0.11, 0.12], start_s=0.92, setup_s=0.0, write_delay_s=0.0001)
+    slow_write = streamed(2, [0.1, 0.11, 0.12], start_s=0.3, setup_s=0.0, write_delay_s=0.008)
+    stall_after_done = streamed(3, [0.1, 0.11, 0.12], start_s=0.85, setup_s=0.0, write_delay_s=0.0001)
+    records = [calm, stalled_read, slow_write, stall_after_done]
+    assess(records, monitor, origin=0.0, limit=DelayLimit(0.002, 0.03))
+    assert [r.timing_ok for r in records] == [True, False, False, True]
+    assert stalled_read.client_delay_s == pytest.approx(0.02, abs=0.002)
+    assert slow_write.client_delay_s == pytest.approx(0.008)
+    summary = summarize(records, wall_s=2.0, slos=[])
+    assert summary["timing"]["excluded"] == 2
+    assert summary["timing"]["measured"] == 2
+    assert summary["latency"]["ttft"]["n"] == 2, "excluded requests leave the latency figures"
+    assert summary["succeeded"] == 4, "but they still count as successes"
+
+
+def test_the_client_delay_limit_grows_with_ttft() -> None:
+    limit = DelayLimit(0.002, 0.03)
+    assert limit.for_ttft(0.01) == 0.002
+    assert limit.for_ttft(1.0) == pytest.approx(0.03)
+
+
+def test_goodput_does_not_judge_a_request_whose_miss_may_be_the_tools_delay() -> None:
+    met = streamed(0, [0.1, 0.2])
+    missed = streamed(1, [0.9, 1.0])
+    missed_by_the_delay = streamed(2, [0.52, 1.0], timing_ok=False, client_delay_s=0.03)
+    missed_beyond_the_delay = streamed(3, [0.9, 1.0], timing_ok=False, client_delay_s=0.03)
+    met_under_delay = streamed(4, [0.1, 0.2], timing_ok=False, client_delay_s=0.03)
+    records = [met, missed, missed_by_the_delay, missed_beyond_the_delay, met_under_delay]
+    summary = summarize(records, wall_s=1.0, slos=[Slo("ttft", 0.5)])
+    assert summary["unjudged_slos"] == 1
+    assert summary["goodput"] == pytest.approx(2 / 4)
 
 
 async def test_lag_monitor_sees_a_blocked_event_loop() -> None:
@@ -159,7 +198,39 @@ async def test_lag_monitor_sees_a_blocked_event_loop() -> None:
     monitor.start()
     await asyncio.sleep(0.02)
     time.sleep(0.06)  # noqa: ASYNC251 - blocking the loop is the point, as a CPU-bound callback would
+    blocked_to = time.perf_counter()
     await asyncio.sleep(0.01)
     await monitor.stop()
-    assert len(monitor.lags_s) >= 5
-    assert max(monitor.lags_s) >= 0.05
+    assert len(monitor.due) >= 5
+    assert max(monitor.lateness()) >= 0.05
+    assert monitor.stall_at(blocked_to) >= 0.05, "a read right after the block was that late"
+
+
+def test_token_weighted_percentiles_weight_each_request_by_its_tokens() -> None:
+    stats = weighted_distribution([(0.010, 1.0), (0.020, 9.0)])
+    assert stats["p50"] == 0.020, "nine tokens in ten came at 20 ms"
+    assert stats["mean"] == pytest.approx(0.019)
+    records = [streamed(0, [0.1, 0.11], tokens=2), streamed(1, [0.1 + 0.02 * k for k in range(10)], tokens=10)]
+    summary = summarize(records, wall_s=1.0, slos=[])
+    assert summary["latency"]["tpot"]["p50"] == pytest.approx(0.015), "per request: the midpoint of 10 and 20 ms"
+    assert summary["tpot_token_weighted"]["p50"] == pytest.approx(0.02)
+
+
+def test_a_single_chunk_answer_has_no_tpot_and_says_why() -> None:
+    one_chunk = streamed(0, [0.1], tokens=12)
+    one_chunk.e2e_s = 0.1001
+    assert one_chunk.tpot_s is None
+    assert one_chunk.tpot_excluded == "all output arrived in one chunk"
+    summary = summarize([one_chunk, streamed(1, [0.1, 0.11, 0.12])], wall_s=1.0, slos=[])
+    assert summary["latency"]["tpot"]["n"] == 1
+    assert summary["tpot_excluded"] == {"all output arrived in one chunk": 1}
+
+
+def test_length_cut_off_streams_count_for_latency_and_get_their_own_column() -> None:
+    cut = [streamed(n, [0.1, 0.11, 0.12], finish_reason="length") for n in range(3)]
+    for record in cut:
+        record.ok, record.reason = False, LENGTH
+    summary = summarize([*cut, streamed(3, [0.1, 0.11])], wall_s=1.0, slos=[])
+    assert summary["latency"]["ttft"]["n"] == 4
+    assert summary["length_cutoffs"] == 3
+    assert summary["succeeded"] == 1

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import random
+import re
 from typing import Any
 
 import orjson
@@ -86,3 +87,33 @@ def test_tool_call_only_when_tools_offered_enabled_and_not_answering_a_tool_resu
     assert not wants_tool_call(USER, [{"type": "function"}], None)
     after_tool = [*USER, {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]
     assert not wants_tool_call(after_tool, [WEATHER], "auto")
+
+
+def test_constrained_values_satisfy_their_schema_without_enum_tricks() -> None:
+    """A natural schema (ids by pattern, amounts with bounds) gets values a policy can accept."""
+    parameters = {
+        "type": "object",
+        "properties": {
+            "order_id": {"type": "string", "pattern": "^ord_[0-9]+$"},
+            "customer_id": {"type": "string", "pattern": "^cus_\\d{6}$"},
+            "sku": {"type": "string", "pattern": "[A-Z]{3}-[0-9]{2,4}"},
+            "amount": {"type": "number", "exclusiveMinimum": 0, "maximum": 1000},
+            "quantity": {"type": "integer", "minimum": 5, "maximum": 7},
+            "reason": {"type": "string", "maxLength": 3},
+            "channel": {"type": "string", "examples": ["email", "phone"]},
+            "priority": {"type": "string", "default": "normal"},
+            "odd": {"type": "string", "pattern": "^(a|b)+$"},  # beyond the subset: a word
+        },
+        "required": ["order_id", "customer_id", "sku", "amount", "quantity", "reason", "channel", "priority", "odd"],
+    }
+    for seed in range(50):
+        arguments = arguments_for(parameters, random.Random(seed))
+        assert re.fullmatch(r"ord_[0-9]+", arguments["order_id"])
+        assert re.fullmatch(r"cus_\d{6}", arguments["customer_id"])
+        assert re.search(r"[A-Z]{3}-[0-9]{2,4}", arguments["sku"])
+        assert 0 < arguments["amount"] <= 1000
+        assert 5 <= arguments["quantity"] <= 7
+        assert len(arguments["reason"]) <= 3
+        assert arguments["channel"] == "email"
+        assert arguments["priority"] == "normal"
+        assert arguments["odd"] in VOCABULARY

@@ -1,0 +1,78 @@
+"""Connections that have not sent a whole request head yet: bounded in time and in number.
+
+uvicorn times out idle keep-alive connections, but not a request head that arrives slowly (or
+never): a slowloris client could hold any number of connections open. Until its head is complete
+a connection cannot have been authenticated, so this is also the cap on unauthenticated
+connections; after that, an authenticated client is bounded by its quotas and the body timeout
+(`server.body_timeout_s`, enforced where the body is read).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+_BUSY = b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+
+
+class _Pending:
+    """How many connections of one server are waiting for a request head."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.count = 0
+
+
+def guarded_protocol(header_timeout_s: float, max_pending: int) -> type[HttpToolsProtocol]:
+    """The httptools protocol of uvicorn, closing a connection whose request head does not arrive
+    within `header_timeout_s`, and refusing new connections while `max_pending` are waiting."""
+    pending = _Pending(max_pending)
+
+    class GuardedProtocol(HttpToolsProtocol):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._head_timer: asyncio.TimerHandle | None = None
+            self._awaiting_head = False
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            if pending.count >= pending.limit:
+                transport.write(_BUSY)
+                transport.close()
+                return
+            self._await_head()  # from the connect: a client that sends nothing is cut as well
+
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            if not self._awaiting_head:
+                self._await_head()  # the next request on a kept-alive connection
+
+        def on_headers_complete(self) -> None:
+            self._head_arrived()
+            super().on_headers_complete()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._head_arrived()
+            super().connection_lost(exc)
+
+        def _await_head(self) -> None:
+            self._awaiting_head = True
+            pending.count += 1
+            self._head_timer = self.loop.call_later(header_timeout_s, self._head_timed_out)
+
+        def _head_arrived(self) -> None:
+            if self._awaiting_head:
+                self._awaiting_head = False
+                pending.count -= 1
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+
+        def _head_timed_out(self) -> None:
+            self._head_timer = None
+            if not self.transport.is_closing():
+                self.transport.close()
+
+    return GuardedProtocol
