@@ -14,10 +14,13 @@ import random
 import secrets
 import uuid
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
 from fastapi.telemetry import TelemetryConfig
+from starlette.routing import Route
 
+from gateway.admission import RetryDiscipline
 from gateway.approvals import ApprovalService
 from gateway.audit import AuditWriter
 from gateway.audit_records import AuditRequests, RefusalTally
@@ -43,14 +46,18 @@ from gateway.routing.deployment import Deployment
 from gateway.routing.health import HealthMonitor
 from gateway.routing.router import ModelGroup, Router
 from gateway.routing.strategies import STRATEGIES
-from gateway.sessions import AppendHistory, AssignSession, SessionManager
+from gateway.sessions import AppendHistory, AssignSession, ClaimSession, SessionManager
 from gateway.settings import OpenApiExposure, Settings
 from gateway.store.base import Store
 from gateway.store.factory import open_store
+from gateway.store_epoch import StoreEpoch
 from gateway.telemetry import Telemetry
 from gateway.tenancy import ModelTenancy
 from gateway.tool_policy import PolicyHolder, ToolPolicy
 from gateway.trace_stage import TraceRequests
+
+if TYPE_CHECKING:
+    from gateway.mcp.endpoint import McpEndpoint
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +79,9 @@ def build_audit_writer(settings: Settings, store: Store) -> AuditWriter:
         batch_size=audit.batch_size,
         flush_interval_s=audit.flush_interval_s,
         hmac_key=audit.hmac_key.encode(),
+        reserve_wait_s=audit.reserve_wait_s,
+        stuck_after_s=audit.stuck_after_s,
+        shutdown_wait_s=audit.shutdown_wait_s,
     )
 
 
@@ -92,6 +102,23 @@ def approval_secret(settings: Settings) -> bytes:
     return secrets.token_bytes(32)
 
 
+def build_mcp(
+    settings: Settings,
+    policies: PolicyHolder,
+    approvals: ApprovalService,
+    audit: AuditWriter,
+    authenticator: Authenticator,
+) -> McpEndpoint | None:
+    """The MCP endpoint, when upstream MCP servers are configured (the SDK is imported only then)."""
+    if not settings.mcp.servers:
+        return None
+    from gateway.mcp.endpoint import McpEndpoint
+    from gateway.mcp.service import McpGateway
+
+    gateway = McpGateway(settings.mcp, policies, approvals, audit, settings.tools.wait_poll_s)
+    return McpEndpoint(gateway, authenticator, settings.server.max_body_bytes)
+
+
 def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAPI:
     """The whole service. Tests pass a `telemetry` with in-memory exporters; the lifespan shuts it down."""
     telemetry = telemetry or Telemetry(settings.telemetry)
@@ -100,6 +127,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
     deployments = [d for group in router.groups.values() for d in group.deployments]
     health = HealthMonitor(deployments, settings.routing.health)
     audit = build_audit_writer(settings, store)
+    epoch = StoreEpoch(store, audit)
     authenticator = build_authenticator(settings, store)
     keys = KeyService(store, audit, on_change=authenticator.forget)
     quota = Admit(store, settings.quota)
@@ -112,6 +140,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
     policies = PolicyHolder(settings.tools.policy_file)
     approvals = ApprovalService(store, audit, approval_secret(settings))
     telemetry.watch(router, quota)
+    telemetry.watch_audit(audit)
 
     active_releases = ActiveReleases()
     checkpoint_registry = (
@@ -120,11 +149,17 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
     releases = ReleaseService(store, audit, router, health, checkpoint_registry, active_releases)
     release_watcher = ReleaseWatcher(store, releases, settings.releases.watch_interval_s)
 
-    tool_policy = ToolPolicy(policies, approvals, audit, settings.tools.wait_poll_s)
+    mcp = build_mcp(settings, policies, approvals, audit, authenticator)
+    if mcp is not None:
+        telemetry.watch_tool_servers(mcp.gateway.statuses, lambda: mcp.gateway.calls)
+    tool_policy = ToolPolicy(
+        policies, approvals, audit, settings.tools.wait_poll_s, runs_at_gateway=mcp.gateway.executes if mcp else None
+    )
     stages: list[Stage] = [
         TraceRequests(telemetry, model_names),  # outermost: refusals are traced and counted too
         audit_requests,  # refusals are recorded too
         Authenticate(authenticator),
+        RetryDiscipline(settings.quota.refuse_early_retries),  # a 429 anywhere below tells the key to wait
         AssignSession(settings.sessions),
         ParseRequest(settings.server.max_json_depth, settings.server.parse_in_thread_bytes),
         AppendHistory(store),
@@ -134,7 +169,6 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
         quota,
         Meter(),
     ]
-    pipeline = compose(stages, Call(router))
     # Taking over a dead replica's session: the caller is authenticated by the resume request; the
     # regenerated answer still passes the tool policy and is metered like any other.
     takeover = compose(
@@ -145,6 +179,8 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
     sessions = SessionManager(store, settings.sessions, replica_id, takeover) if settings.sessions.enabled else None
     if sessions is not None:
         sessions.on_checkpoint = telemetry.record_checkpoint
+        stages.append(ClaimSession(sessions))  # last: the lease exists before the first upstream byte
+    pipeline = compose(stages, Call(router))
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -153,13 +189,16 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
         health.start()
         policy_watch = asyncio.get_running_loop().create_task(policies.watch(settings.tools.reload_interval_s))
         release_watch = asyncio.get_running_loop().create_task(release_watcher.run())
+        epoch_watch = asyncio.get_running_loop().create_task(epoch.run())
         if sessions is not None:
             sessions.start_checkpoints()
         try:
-            yield
+            async with mcp.running() if mcp is not None else contextlib.nullcontext():
+                yield
         finally:
             policy_watch.cancel()
             release_watch.cancel()
+            epoch_watch.cancel()
             await health.stop()
             if sessions is not None:
                 await sessions.stop()
@@ -193,7 +232,8 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
     app.router.routes.extend(openai_api.routes())
     if sessions is not None:
         app.router.routes.extend(SessionsApi(sessions, authenticator).routes())
-    app.router.routes.extend(HealthApi(router, store, settings.quota.on_store_error).routes())
+    mcp_statuses = mcp.gateway.statuses if mcp is not None else None
+    app.router.routes.extend(HealthApi(router, store, audit, epoch, mcp_statuses).routes())
     app.router.routes.extend(MetricsApi(telemetry.registry).routes())
     app.include_router(build_admin_router(authenticator, keys, store, settings.audit.hmac_key.encode()))
     app.include_router(build_approvals_router(authenticator, approvals, policies))
@@ -201,6 +241,8 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
     app.router.routes.extend(admin_page_routes())
     if settings.server.openapi is OpenApiExposure.ADMIN:
         app.router.routes.extend(openapi_routes(app, authenticator))
+    if mcp is not None:
+        app.router.routes.append(Route(settings.mcp.path, mcp, methods=["GET", "POST", "DELETE"]))
     install_error_handlers(app)
     app.state.router = router
     # The assembled path, for tests/security/test_stage_release.py to inject failures into.

@@ -149,7 +149,29 @@ async def verify_store(store: Store, key: bytes = b"") -> Verdict:
     return check_head(head_mark(head, key), records, anchor, key)
 
 
+@dataclass(slots=True)
+class WriterStats:
+    """What went wrong in the writer, for metrics and readiness; none of it may be silent."""
+
+    unencodable: int = 0  # records replaced by an audit_error record
+    store_errors: int = 0  # failed attempts to reach the store (each retried)
+    errors: int = 0  # anything else that interrupted a write (retried)
+    refused: int = 0  # requests refused because the queue stayed full
+    lost: int = 0  # records never written (store still down at shutdown); each one logged
+    rolled_back: int = 0  # records this writer had appended that the store no longer holds
+
+
+# Retrying a store that is down: the first retry soon, then no faster than this.
+_BACKOFF_S = (0.05, 2.0)
+_LOG_EVERY_S = 10.0  # a long outage logs its state this often, not once per retry
+
+
 class AuditWriter:
+    """Writes queued records in batches from one task that never dies: a store outage is waited
+    out (records stay queued, backpressure builds), a record that cannot be encoded is replaced
+    by an `audit_error` record, any other failure is logged and retried. `stuck_reason` tells
+    readiness when records are not getting through."""
+
     def __init__(
         self,
         store: Store,
@@ -159,21 +181,41 @@ class AuditWriter:
         flush_interval_s: float,
         clock: Callable[[], float] = time.time,
         hmac_key: bytes = b"",
+        reserve_wait_s: float = 5.0,
+        stuck_after_s: float = 10.0,
+        shutdown_wait_s: float = 10.0,
     ) -> None:
         self._store = store
         self._hmac_key = hmac_key
+        self._queue_size = queue_size
         self._room = asyncio.Semaphore(queue_size)
         self._pending: deque[dict[str, Any]] = deque()
         self._batch_size = batch_size
         self._flush_interval_s = flush_interval_s
         self._clock = clock
+        self._reserve_wait_s = reserve_wait_s
+        self._stuck_after_s = stuck_after_s
+        self._shutdown_wait_s = shutdown_wait_s
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._head: AuditHead | None = None
+        # A batch whose append failed without an answer: Redis may have run it all the same.
+        self._unsure: list[dict[str, Any]] | None = None
+        self._blocked_since: float | None = None  # monotonic time of the first failure in a row
+        self.highest_seq = 0  # the highest seq this writer appended to the chain the store holds now
+        self.peak_seq = 0  # the highest seq it ever appended (a wiped store's loss, at least)
+        self.stats = WriterStats()
 
     async def reserve(self) -> None:
-        """Take a queue slot; waits while the queue is full."""
-        await self._room.acquire()
+        """Take a queue slot; waits while the queue is full, at most `reserve_wait_s`, then
+        refuses (StoreUnavailable, a 503) rather than hang the request."""
+        try:
+            await asyncio.wait_for(self._room.acquire(), self._reserve_wait_s)
+        except TimeoutError:
+            self.stats.refused += 1
+            raise StoreUnavailable(
+                f"the audit log is full ({self._queue_size} records waiting for the store)"
+            ) from None
 
     def release_reserved(self) -> None:
         """Give back a slot taken with `reserve` that will not carry a record (it was aggregated)."""
@@ -197,45 +239,161 @@ class AuditWriter:
         self._task = asyncio.create_task(self._run(), name="audit-writer")
 
     async def stop(self) -> None:
-        """Flush what is queued, then stop."""
+        """Flush what is queued, waiting up to `shutdown_wait_s` for the store; what still cannot
+        be written is counted as lost and logged record by record (recoverable from the log)."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        await self.flush()
+        deadline = time.monotonic() + self._shutdown_wait_s
+        delay = _BACKOFF_S[0]
+        while self._pending:
+            try:
+                await self.flush()
+            except Exception as error:  # noqa: BLE001 - counted as lost below if it never succeeds
+                if time.monotonic() + delay > deadline:
+                    self._give_up(error)
+                    return
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _BACKOFF_S[1])
+
+    def _give_up(self, error: BaseException) -> None:
+        lost = len(self._pending)
+        self.stats.lost += lost
+        log.error("%d audit records lost: the store stayed unavailable through shutdown (%s)", lost, error)
+        while self._pending:
+            log.warning("audit record not stored: %s", canonical(self._pending.popleft()).decode())
+            self._room.release()
 
     @property
     def backlog(self) -> int:
         return len(self._pending)
+
+    def stuck_reason(self) -> str | None:
+        """Why records are not getting through, for readiness; None while they are."""
+        if self._task is not None and self._task.done():
+            return "the audit writer stopped"
+        if self._room.locked():
+            return f"the audit queue is full ({self._queue_size} records)"
+        since = self._blocked_since
+        if since is not None and time.monotonic() - since >= self._stuck_after_s:
+            return f"audit records have not been written for {time.monotonic() - since:.0f} s"
+        return None
 
     async def flush(self) -> None:
         while self._pending:
             await self._write_batch()
 
     async def _run(self) -> None:
+        delay = _BACKOFF_S[0]
+        last_log = -_LOG_EVERY_S
         while True:
             await self._wakeup.wait()
             self._wakeup.clear()
             try:
                 await self.flush()
-            except StoreUnavailable as error:
-                # Keep everything queued; backpressure builds until the store is back.
-                log.warning("audit store unavailable, %d records waiting: %s", len(self._pending), error)
-                await asyncio.sleep(1.0)
+            except Exception as error:  # the writer must never die: counted in stats, logged, retried
+                if isinstance(error, StoreUnavailable):
+                    self.stats.store_errors += 1
+                else:
+                    self.stats.errors += 1
+                if self._blocked_since is None:
+                    self._blocked_since = time.monotonic()
+                if time.monotonic() - last_log >= _LOG_EVERY_S:
+                    last_log = time.monotonic()
+                    log.warning(
+                        "audit writer cannot write, %d records waiting (retrying): %s",
+                        len(self._pending),
+                        error,
+                        exc_info=not isinstance(error, StoreUnavailable),
+                    )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _BACKOFF_S[1])
                 self._wakeup.set()
                 continue
+            if self._blocked_since is not None:
+                log.info("audit writer caught up after %.1f s", time.monotonic() - self._blocked_since)
+            self._blocked_since, delay = None, _BACKOFF_S[0]
             await asyncio.sleep(self._flush_interval_s)  # lets a batch accumulate under load
 
     async def _write_batch(self) -> None:
         bodies = [self._pending[i] for i in range(min(self._batch_size, len(self._pending)))]
-        while True:
-            head = self._head if self._head is not None else await self._store.audit_head()
-            records = chain(head, bodies, self._hmac_key)
-            if await self._store.audit_append(head, records):
-                self._head = AuditHead(records[-1]["seq"], records[-1]["hash"])
-                break
-            self._head = None  # another replica appended: re-read the head and re-chain
-        for _ in bodies:
+        written = await self._written_before() if self._unsure is not None else None
+        while written is None:
+            head = self._head if self._head is not None else self._noticed_rollback(await self._store.audit_head())
+            records = self._chain(head, bodies)
+            try:
+                appended = await self._store.audit_append(head, records)
+            except StoreUnavailable:
+                self._unsure, self._head = records, None
+                raise
+            if appended:
+                written = records
+            else:
+                self._head = None  # another replica appended: re-read the head and re-chain
+        self._head = AuditHead(written[-1]["seq"], written[-1]["hash"])
+        self.highest_seq = max(self.highest_seq, self._head.seq)
+        self.peak_seq = max(self.peak_seq, self._head.seq)
+        for _ in written:
             self._pending.popleft()
             self._room.release()
+
+    def _noticed_rollback(self, head: AuditHead) -> AuditHead:
+        if head.seq < self.highest_seq:
+            # Acknowledged appends are gone: a failover to a replica that had not received them,
+            # or a store restored from an older copy (or wiped: see store_epoch). Say so.
+            self.stats.rolled_back += self.highest_seq - head.seq
+            log.error(
+                "the audit chain went back from seq %d to seq %d: the store lost records this replica had "
+                "written (failover to a lagging replica, restore or wipe); the chain continues from seq %d",
+                self.highest_seq,
+                head.seq,
+                head.seq,
+            )
+            self.highest_seq = head.seq
+        return head
+
+    async def _written_before(self) -> list[dict[str, Any]] | None:
+        """The unanswered batch if the store holds it after all, else None (write it again)."""
+        assert self._unsure is not None
+        unsure = self._unsure
+        stored = await self._store.audit_range(unsure[0]["seq"], len(unsure))
+        self._unsure = None
+        if [r.get("hash") for r in stored] == [r["hash"] for r in unsure]:
+            return unsure
+        return None
+
+    def _chain(self, head: AuditHead, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        try:
+            return chain(head, bodies, self._hmac_key)
+        except TypeError:  # orjson's JSONEncodeError: e.g. an integer beyond 64 bits
+            for i, body in enumerate(bodies):
+                try:
+                    canonical(body)
+                except TypeError as error:
+                    bodies[i] = self._pending[i] = self._error_record(body, error)
+            return chain(head, bodies, self._hmac_key)
+
+    def _error_record(self, body: dict[str, Any], error: TypeError) -> dict[str, Any]:
+        self.stats.unencodable += 1
+        request_id = body.get("request_id")
+        log.error("an audit record could not be encoded (request %r): %s", request_id, error)
+        return {
+            "ts": body.get("ts") if isinstance(body.get("ts"), float) else self._clock(),
+            "kind": "audit_error",
+            "request_id": _plain(request_id),
+            "original_kind": _plain(body.get("kind")),
+            "error": f"the record could not be encoded: {error}",
+        }
+
+
+def _plain(value: Any) -> str | None:
+    """`value` if it is a string that encodes (no lone surrogates), else None."""
+    if not isinstance(value, str):
+        return None
+    try:
+        orjson.dumps(value)
+    except TypeError:
+        return None
+    return value

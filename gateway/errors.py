@@ -15,9 +15,12 @@ place that turns them into responses.
     │   └── ModelNotFound           404
     ├── Conflict                    409  conflict           (an approval already decided)
     ├── RateLimited                 429  rate_limit_error   (Retry-After)
-    │   └── InsufficientQuota       429  insufficient_quota (a token budget is spent)
+    │   ├── InsufficientQuota       429  insufficient_quota (a token budget is spent)
+    │   └── RetryTooEarly           429  retry_too_early    (admission.py: retried before Retry-After)
     ├── NoDeploymentAvailable       503  service_unavailable (every deployment open, unhealthy or full)
     ├── StoreUnavailable            503  service_unavailable (Redis or the SQLite file cannot be reached)
+    │   └── StoreNotReached              the call never reached the store: nothing of it was applied
+    ├── DeadlineExceeded            504  timeout_error      (no first output within routing.deadline_s)
     └── UpstreamError               502  upstream_error     (one failed attempt at one deployment)
         ├── UpstreamConnectError         could not connect
         ├── UpstreamTimeout         504  connect / first-token / stall timeout
@@ -126,6 +129,12 @@ class RateLimited(GatewayError):
         return {**self.extra_headers, "Retry-After": str(max(1, math.ceil(self.retry_after_s)))}
 
 
+class RetryTooEarly(RateLimited):
+    """This key was told to wait (Retry-After) and came back sooner: refused without a chance."""
+
+    code = "retry_too_early"
+
+
 class NoDeploymentAvailable(GatewayError):
     status = 503
     type = "service_unavailable"
@@ -145,6 +154,19 @@ class StoreUnavailable(GatewayError):
     status = 503
     type = "service_unavailable"
     code = "store_unavailable"
+
+
+class StoreNotReached(StoreUnavailable):
+    """The call never reached the store (no connection could be had): nothing of it was applied.
+    Any other StoreUnavailable may have been applied with its answer lost."""
+
+
+class DeadlineExceeded(GatewayError):
+    """No deployment produced output within the request's deadline, over all its attempts."""
+
+    status = 504
+    type = "timeout_error"
+    code = "deadline_exceeded"
 
 
 class InsufficientQuota(RateLimited):

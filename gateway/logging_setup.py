@@ -78,7 +78,7 @@ def configure_logging(level: str = "INFO", stream: IO[str] | None = None) -> log
     handler.setFormatter(JsonFormatter())
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
     # httpx logs every request at INFO: a line per health probe, with URLs that some providers
-    # authenticate with a query parameter.
-    for noisy in ("httpx", "httpcore"):
+    # authenticate with a query parameter. The MCP SDK logs every stateless request's session.
+    for noisy in ("httpx", "httpcore", "httpx2", "mcp"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
     return handler

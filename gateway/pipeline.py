@@ -62,6 +62,9 @@ class RequestContext:
     keep_transcript: bool = False  # opted in (X-Session-Id, or config): the prompts and answers are stored
     estimated_prompt_tokens: int = 0
     quota_note: str | None = None  # set when quotas were not enforced (store down, fail-open)
+    # The quota reservation this request holds (quota.Admit's JSON form): saved with a session,
+    # so that a replica taking the session over settles it instead of taking a second one.
+    quota_hold: dict[str, Any] | None = None
     response_headers: dict[str, str] = field(default_factory=dict)
     completion_text: list[str] = field(default_factory=list)  # the assistant text, for audit digests
     resume: tuple[str, int] | None = None  # (text, chunks) already sent, when taking a session over

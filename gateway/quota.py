@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
@@ -20,12 +21,14 @@ from typing import Any
 import orjson
 
 from gateway.backends.base import Chunk
-from gateway.errors import InsufficientQuota, RateLimited, StoreUnavailable
+from gateway.errors import InsufficientQuota, RateLimited, StoreNotReached, StoreUnavailable
 from gateway.pipeline import Handler, RequestContext
 from gateway.settings import FailMode, QuotaSettings
 from gateway.store.base import AdmitRequest, AdmitResult, Limits, QuotaScope, Reservation, ScopeUsage, Store
 
 log = logging.getLogger(__name__)
+
+_RETRY_S = (0.05, 1.0)  # settling against a store that is down: first retry, longest wait
 
 
 def estimate_prompt_tokens(body: dict[str, Any]) -> int:
@@ -78,6 +81,8 @@ class Admit:
         self._tenant_limits = {name: Limits(**lim.model_dump()) for name, lim in settings.tenants.items()}
         self._settling: set[asyncio.Task[None]] = set()
         self.fail_open_count = 0
+        self.settle_retry_count = 0  # settlements that had to wait for the store
+        self.unsettled_count = 0  # settlements given up (lease left to expire)
 
     def scopes_for(self, ctx: RequestContext) -> tuple[QuotaScope, ...]:
         assert ctx.principal is not None
@@ -88,8 +93,16 @@ class Admit:
         return tuple(s for s in scopes if s.limits != Limits())
 
     async def __call__(self, ctx: RequestContext, call_next: Handler) -> AsyncGenerator[Chunk, None]:
-        scopes = self.scopes_for(ctx)
-        held = await self._reserve(ctx, scopes) if scopes else None
+        held: _Held | None
+        if ctx.quota_hold is not None:
+            # A session taken over from a dead replica: its request was admitted there. Keep that
+            # reservation's slot and settle it with the whole answer's usage; take no second one.
+            held = _adopted(ctx.quota_hold)
+            await self._renew(held)
+        else:
+            scopes = self.scopes_for(ctx)
+            held = await self._reserve(ctx, scopes) if scopes else None
+            ctx.quota_hold = _hold_of(held) if held is not None else None
         # The lease is kept alive by time, not by chunks: a response held for a human approval
         # sends nothing for minutes and must keep its concurrency slot all the same.
         heartbeat = asyncio.get_running_loop().create_task(self._heartbeat(held)) if held else None
@@ -105,7 +118,7 @@ class Admit:
                 heartbeat.cancel()
             if held is not None:
                 used = ctx.usage.total_tokens or ctx.estimated_prompt_tokens + completion_tokens
-                self._spawn(self._store.settle(held.tenant, held.scopes, held.reservation, used))
+                self._spawn_settle(held.tenant, held.scopes, held.reservation, used)
 
     async def _reserve(self, ctx: RequestContext, scopes: tuple[QuotaScope, ...]) -> _Held | None:
         assert ctx.principal is not None
@@ -121,7 +134,11 @@ class Admit:
         )
         try:
             result = await self._store.admit(request)
-        except StoreUnavailable:
+        except StoreUnavailable as error:
+            if not isinstance(error, StoreNotReached):
+                # The script may have run with its answer lost: free the lease it may hold as soon
+                # as the store is back, or a short outage holds slots for the whole lease TTL.
+                self._spawn_settle(request.tenant, scopes, Reservation(request.lease_id, 0, 0, 0), 0)
             if self._settings.on_store_error is FailMode.CLOSED:
                 raise
             self.fail_open_count += 1
@@ -135,28 +152,78 @@ class Admit:
         return _Held(ctx.principal.tenant, scopes, result.reservation)
 
     async def _heartbeat(self, held: _Held) -> None:
-        ttl = self._settings.lease_ttl_s
         while True:
-            await asyncio.sleep(ttl / 3)
-            await self._quietly(self._store.renew_lease(held.tenant, held.scopes, held.reservation.lease_id, ttl))
+            await asyncio.sleep(self._settings.lease_ttl_s / 3)
+            await self._renew(held)
 
-    def _spawn(self, work: Any) -> None:
-        task = asyncio.get_running_loop().create_task(self._quietly(work))
+    async def _renew(self, held: _Held) -> None:
+        ttl = self._settings.lease_ttl_s
+        await self._quietly(self._store.renew_lease(held.tenant, held.scopes, held.reservation.lease_id, ttl))
+
+    def _spawn_settle(self, tenant: str, scopes: tuple[QuotaScope, ...], reservation: Reservation, used: int) -> None:
+        task = asyncio.get_running_loop().create_task(self._settle(tenant, scopes, reservation, used))
         self._settling.add(task)
         task.add_done_callback(self._settling.discard)
+
+    async def _settle(self, tenant: str, scopes: tuple[QuotaScope, ...], reservation: Reservation, used: int) -> None:
+        """Settle, retrying with backoff while the store is down: a lease not freed holds a
+        concurrency slot for up to `lease_ttl_s` (issue 12: a 2 s outage held them for 60 s).
+        Past that TTL the lease has expired by itself and only the token count stays estimated."""
+        deadline = time.monotonic() + self._settings.lease_ttl_s
+        delay = _RETRY_S[0]
+        while True:
+            try:
+                await self._store.settle(tenant, scopes, reservation, used)
+                return
+            except StoreUnavailable as error:
+                if time.monotonic() + delay > deadline:
+                    self.unsettled_count += 1
+                    log.warning("gave up settling a quota reservation (its lease expires by itself): %s", error)
+                    return
+                if delay == _RETRY_S[0]:
+                    self.settle_retry_count += 1
+                    log.info("settling a quota reservation when the store is back: %s", error)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _RETRY_S[1])
 
     async def _quietly(self, work: Any) -> None:
         try:
             await work
         except StoreUnavailable as error:
-            # The lease expires by itself and the window moves on; the cost is a reservation
-            # counted at its estimate instead of its real size.
-            log.warning("could not settle a quota reservation: %s", error)
+            # The lease expires by itself; renewing is only needed for long requests.
+            log.warning("could not renew a quota lease: %s", error)
 
-    async def drain(self) -> None:
-        """Wait for pending settlements (graceful shutdown)."""
-        if self._settling:
-            await asyncio.gather(*self._settling, return_exceptions=True)
+    async def drain(self, within_s: float = 5.0) -> None:
+        """Wait for pending settlements (graceful shutdown), at most `within_s`: settlements still
+        waiting for a store that is down are given up (their leases expire by themselves)."""
+        if not self._settling:
+            return
+        _, pending = await asyncio.wait(set(self._settling), timeout=within_s)
+        if pending:
+            log.warning("%d quota settlements abandoned at shutdown (store unavailable)", len(pending))
+            self.unsettled_count += len(pending)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+
+
+def _hold_of(held: _Held) -> dict[str, Any]:
+    reservation = held.reservation
+    return {
+        "tenant": held.tenant,
+        "scopes": [scope.name for scope in held.scopes],
+        "lease_id": reservation.lease_id,
+        "tokens": reservation.tokens,
+        "second": reservation.second,
+        "day": reservation.day,
+    }
+
+
+def _adopted(hold: dict[str, Any]) -> _Held:
+    # Settling and renewing need only the scopes' names: their limits were checked at admission.
+    scopes = tuple(QuotaScope(str(name), Limits()) for name in hold["scopes"])
+    reservation = Reservation(str(hold["lease_id"]), int(hold["tokens"]), int(hold["second"]), int(hold["day"]))
+    return _Held(str(hold["tenant"]), scopes, reservation)
 
 
 def _denied(result: AdmitResult, headers: dict[str, str]) -> RateLimited:

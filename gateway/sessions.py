@@ -7,7 +7,9 @@ connection loses nothing: generation goes on (or stops, per `on_client_disconnec
 
 The checkpointer copies each live log to the store every `checkpoint_every_events` events or
 `checkpoint_interval_s` (whichever comes first), off the request path, and renews the replica's
-lease on the session. Trade-off: a replica that dies loses at most the events of the last
+lease on the session; the lease itself is taken, and the state saved, before the backend is
+asked for anything (`ClaimSession`), so no other replica can take over a live stream however
+early a client reconnects. Trade-off: a replica that dies loses at most the events of the last
 interval. Another replica that a client reconnects to finds the checkpoint, waits for the lease
 to lapse, takes the session over, and continues generation from the checkpointed text with the
 same continuation mechanism as a backend failover; the events it regenerates get the same
@@ -19,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import re
 import secrets
 import time
@@ -27,8 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway import sse
-from gateway.backends.base import Chunk
-from gateway.errors import GatewayError, InvalidRequest, NotFound, StoreUnavailable
+from gateway.backends.base import Chunk, Usage
+from gateway.errors import Conflict, GatewayError, InvalidRequest, NotFound, StoreUnavailable
 from gateway.pipeline import Handler, RequestContext
 from gateway.principal import Principal
 from gateway.session_log import SessionLog, content_of
@@ -45,6 +48,9 @@ _VALID_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _PAGE = 500
 _TAIL_POLL_S = 0.05
 _KEEP_ALIVE_S = 10.0
+_MAX_BACKOFF_S = 2.0  # checkpoint retries against a store that is down: at least this often
+_LOG_EVERY_S = 10.0  # ... and a warning about it at most this often
+_CLAIM_PATIENCE_S = 0.5
 
 
 def session_id_from(headers: Mapping[str, str]) -> str:
@@ -97,6 +103,7 @@ class SessionManager:
         self._background: set[asyncio.Task[None]] = set()
         # Told (seconds, sessions) after each checkpoint write: telemetry records the latency.
         self.on_checkpoint: Callable[[float, int], None] | None = None
+        self.checkpoint_failures = 0  # attempts that found the store unavailable
 
     # --- a new streamed response ------------------------------------------------------------
     async def start(self, ctx: RequestContext, chunks: AsyncGenerator[Chunk, None]) -> LiveSession:
@@ -105,14 +112,62 @@ class SessionManager:
         # The caller pulled the first chunk already, so authentication has run: the state is
         # complete before the producer starts (a fast stream may finish before `started()` returns).
         assert ctx.principal is not None
-        live = LiveSession(ctx.principal.tenant, ctx.session_id or "", SessionLog(), _state_of(ctx, self._replica_id))
+        key = (ctx.principal.tenant, ctx.session_id or "")
+        live = self._live.get(key)
+        if live is None or live.state.get("completion_id") != ctx.completion_id or live.producer is not None:
+            live = LiveSession(key[0], key[1], SessionLog(), _state_of(ctx, self._replica_id))
         live.producer = asyncio.get_running_loop().create_task(self._produce(ctx, chunks, live))
         await live.log.started()
         if live.log.failure is not None:
             raise live.log.failure
-        self._live[(live.tenant, live.session_id)] = live
+        self._live[key] = live
         self._wakeup.set()
         return live
+
+    async def claim(self, ctx: RequestContext) -> LiveSession:
+        """Own the session before the first upstream byte: take its lease and save its state, so
+        that a client reconnecting to another replica follows this one instead of taking over.
+        Another live owner means the session is busy (409). With the store down the stream goes
+        on unowned, and the first checkpoint claims the lease before it saves the state."""
+        assert ctx.principal is not None
+        live = LiveSession(ctx.principal.tenant, ctx.session_id or "", SessionLog(), _state_of(ctx, self._replica_id))
+        try:
+            if not await self._claim_lease(live):
+                raise Conflict(
+                    f"session '{live.session_id}' is streaming an answer on another replica; "
+                    f"follow it with GET /v1/sessions/{live.session_id}/stream",
+                    param="X-Session-Id",
+                )
+            live.renewed_at = time.monotonic()
+            first = SessionCheckpoint(
+                live.tenant, live.session_id, self._settings.resume_ttl_s, live.state, replace_events=True
+            )
+            await self._store.session_checkpoint([first])
+            live.state_saved, live.fresh = True, False
+        except StoreUnavailable as error:
+            log.warning("session %s streams without a lease until the store answers: %s", live.session_id, error)
+            live.renewed_at = -math.inf
+        self._live[(live.tenant, live.session_id)] = live
+        return live
+
+    async def _claim_lease(self, live: LiveSession) -> bool:
+        # A client that read [DONE] may ask for its next answer before the owner's last checkpoint
+        # has let the lease go: wait that long (a few checkpoint intervals) before saying busy.
+        deadline = time.monotonic() + max(_CLAIM_PATIENCE_S, 3 * self._settings.checkpoint_interval_s)
+        while True:
+            ttl = self._settings.lease_ttl_s
+            if await self._store.session_claim(live.tenant, live.session_id, self._replica_id, ttl):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(_TAIL_POLL_S)
+
+    def unclaim(self, live: LiveSession) -> None:
+        """The request failed before its first event: the checkpointer marks the session done and
+        drops the lease."""
+        if live.producer is None and not live.log.closed:
+            live.log.close()
+            self._wakeup.set()
 
     async def _produce(self, ctx: RequestContext, chunks: AsyncGenerator[Chunk, None], live: LiveSession) -> None:
         renderer = ChunkRenderer(ctx.completion_id, ctx.created, ctx.model)
@@ -226,6 +281,12 @@ class SessionManager:
             if await self._store.session_claim(
                 principal.tenant, session_id, self._replica_id, self._settings.lease_ttl_s
             ):
+                # The owner may have finished (and let go) since the state was read: then the
+                # rest is in the store, and nothing is generated again.
+                state = await self._store.session_load(principal.tenant, session_id) or state
+                if state.get("status") != "streaming":
+                    await self._store.session_release(principal.tenant, session_id, self._replica_id)
+                    continue
                 live = await self._take_over(principal, session_id, state)
                 async for frame in self.frames(live, seq):
                     yield frame
@@ -233,12 +294,14 @@ class SessionManager:
             await asyncio.sleep(_TAIL_POLL_S)  # the owner is alive: follow its checkpoints
 
     async def _take_over(self, principal: Principal, session_id: str, state: dict[str, Any]) -> LiveSession:
-        """Continue a dead replica's response from its checkpointed text."""
+        """Continue a dead replica's response from its checkpointed text, as the same request: its
+        audit record (under the client's request id) and usage cover the whole answer, and its
+        quota reservation is settled rather than a second one taken (as after a backend failover)."""
         recorded = await self._all_events(principal.tenant, session_id)
         text = "".join(content_of(payload) for _, payload in recorded)
         chunks_sent = sum(1 for _, payload in recorded if content_of(payload))
         ctx = RequestContext(
-            request_id=f"takeover-{secrets.token_hex(6)}",
+            request_id=state.get("request_id") or f"takeover-{secrets.token_hex(6)}",
             completion_id=state["completion_id"],
             created=state["created"],
             model=state["model"],
@@ -251,6 +314,10 @@ class SessionManager:
             resume=(text, chunks_sent) if recorded else None,
             release=state.get("release"),
             deployments=frozenset(state["deployments"]) if state.get("deployments") else None,
+            quota_hold=state.get("quota"),
+            # What the dead replica generated counts, though its usage never arrived.
+            usage=Usage(completion_tokens=chunks_sent, total_tokens=chunks_sent),
+            completion_text=[text] if text else [],
         )
         log_ = SessionLog()
         log_.extend(recorded)
@@ -304,15 +371,29 @@ class SessionManager:
             await self.checkpoint_all()
 
     async def _checkpoint_loop(self) -> None:
+        # While the store is down, streams keep asking for checkpoints: retry with backoff instead
+        # of at every wakeup, and say so once per _LOG_EVERY_S (issue 12: ~250 warnings/s).
+        backoff, last_log = 0.0, -_LOG_EVERY_S
         while True:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._settings.checkpoint_interval_s):
-                    await self._wakeup.wait()
+            if backoff:
+                await asyncio.sleep(backoff)
+            else:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self._settings.checkpoint_interval_s):
+                        await self._wakeup.wait()
             self._wakeup.clear()
             try:
                 await self.checkpoint_all()
             except StoreUnavailable as error:
-                log.warning("session checkpoints delayed: %s", error)
+                self.checkpoint_failures += 1
+                backoff = min(max(self._settings.checkpoint_interval_s, backoff * 2), _MAX_BACKOFF_S)
+                if time.monotonic() - last_log >= _LOG_EVERY_S:
+                    last_log = time.monotonic()
+                    log.warning("session checkpoints delayed (retrying every %.1f s at most): %s", backoff, error)
+                continue
+            if backoff:
+                log.info("session checkpoints resumed")
+            backoff = 0.0
 
     async def checkpoint_all(self) -> None:
         """Write every live session's news in one store call; forget sessions fully written."""
@@ -366,6 +447,8 @@ class SessionManager:
 def _state_of(ctx: RequestContext, owner: str) -> dict[str, Any]:
     """What a stream's resume and takeover need; the transcript only if the request opted in."""
     state = {
+        "request_id": ctx.request_id,
+        "quota": ctx.quota_hold,
         "model": ctx.model,
         "body": ctx.body,
         "completion_id": ctx.completion_id,
@@ -405,6 +488,26 @@ class AssignSession:
         async with contextlib.aclosing(call_next(ctx)) as chunks:
             async for chunk in chunks:
                 yield chunk
+
+
+class ClaimSession:
+    """The pipeline stage, just before the call, that makes a streamed response's replica the
+    session's owner before anything is asked of a backend (see `SessionManager.claim`)."""
+
+    def __init__(self, sessions: SessionManager) -> None:
+        self._sessions = sessions
+
+    async def __call__(self, ctx: RequestContext, call_next: Handler) -> AsyncGenerator[Chunk, None]:
+        live = await self._sessions.claim(ctx) if ctx.stream and ctx.principal is not None else None
+        produced = False
+        try:
+            async with contextlib.aclosing(call_next(ctx)) as chunks:
+                async for chunk in chunks:
+                    produced = True
+                    yield chunk
+        finally:
+            if live is not None and not produced:
+                self._sessions.unclaim(live)
 
 
 class AppendHistory:

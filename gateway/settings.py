@@ -143,8 +143,9 @@ class HealthSettings(Frozen):
 class SlowDetectionSettings(Frozen):
     """Passive detection of deployments that are alive but slow."""
 
-    factor: float = Field(default=1.4, gt=1.0, description="EWMA above factor x peers' median")
+    factor: float = Field(default=1.4, gt=1.0, description="EWMA above factor x peers' median (or own baseline)")
     alpha: float = Field(default=0.2, gt=0, le=1)
+    baseline_alpha: float = Field(default=0.02, gt=0, le=1, description="the slow EWMA a deployment is compared with")
     min_samples: int = Field(default=5, ge=1)
     cooldown_s: Seconds = 30.0
     # Ratios of tiny numbers are noise: a deployment is slow only if it is also this much slower.
@@ -161,6 +162,9 @@ class RetrySettings(Frozen):
 
 class RoutingSettings(Frozen):
     strategy: Strategy = Strategy.PRIORITY
+    # Bounds the wait for an answer's first output over every attempt and backoff (and again for
+    # each mid-stream hand-over's first output); 504 deadline_exceeded when it passes.
+    deadline_s: Seconds = Field(default=30.0, description="time to the first output, across all attempts")
     max_failovers: int = Field(default=2, ge=0, description="mid-stream hand-overs in one response")
     retry: RetrySettings = RetrySettings()
     breaker: BreakerSettings = BreakerSettings()
@@ -204,6 +208,7 @@ class RedisStoreSettings(Frozen):
     key_prefix: str = "agw"
     socket_timeout_s: Seconds = 0.25
     connect_timeout_s: Seconds = 0.25
+    cluster: bool = Field(default=False, description="url names one node of a Redis Cluster (the rest are discovered)")
 
 
 class FailMode(StrEnum):
@@ -231,6 +236,8 @@ class AuthSettings(Frozen):
 
 class QuotaSettings(Frozen):
     on_store_error: FailMode = FailMode.OPEN
+    # A key retrying before the Retry-After of its last 429 is refused at once (gateway/admission.py).
+    refuse_early_retries: bool = True
     default_max_tokens: int = Field(default=1024, ge=1, description="reserved when a request sets no max_tokens")
     lease_ttl_s: Seconds = Field(default=60.0, description="a concurrency slot of a dead replica frees after this")
     tenants: dict[str, LimitSettings] = Field(default_factory=dict)
@@ -249,6 +256,9 @@ class AuditSettings(Frozen):
     # one record per interval counts them per source address and reason.
     refusal_interval_s: Seconds = 60.0
     refusal_max_sources: int = Field(default=1000, ge=1, description="more sources in an interval count as 'other'")
+    reserve_wait_s: Seconds = Field(default=5.0, description="a request waits this long for a full queue, then 503")
+    stuck_after_s: Seconds = Field(default=10.0, description="not ready when records cannot be written this long")
+    shutdown_wait_s: Seconds = Field(default=10.0, description="at shutdown, wait this long for the store")
 
 
 class DisconnectPolicy(StrEnum):
@@ -302,8 +312,46 @@ class ReleaseSettings(Frozen):
     watch_interval_s: Seconds = Field(default=0.25, description="how fast a switch reaches every replica")
 
 
+class McpServerSettings(Frozen):
+    """One upstream MCP server: a Streamable HTTP `url`, or a stdio `command` the gateway starts."""
+
+    # Tools are shown to agents as `<name>__<tool>`, so the name may not contain the separator.
+    name: str = Field(pattern=r"^[A-Za-z0-9]+(?:[-_][A-Za-z0-9]+)*$", max_length=32)
+    url: HttpUrl | None = None
+    command: list[str] | None = Field(default=None, min_length=1)
+    env: dict[str, str] = Field(default_factory=dict, description="added to a stdio command's environment")
+    headers: dict[str, str] = Field(default_factory=dict, description="sent to a url server (e.g. its own key)")
+    call_timeout_s: Seconds = Field(default=30.0, description="a tools/call that takes longer fails")
+    connect_timeout_s: Seconds = 10.0
+    restart_backoff_s: Seconds = Field(default=0.5, description="first wait before a crashed server is restarted")
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerSettings:
+        if (self.url is None) == (self.command is None):
+            raise ValueError("give exactly one of url and command")
+        return self
+
+
+class McpSettings(Frozen):
+    """The gateway's MCP endpoint: tools of the upstream servers, under the tool policy."""
+
+    path: str = Field(default="/mcp", pattern=r"^/[A-Za-z0-9/_-]*$")
+    servers: list[McpServerSettings] = Field(default_factory=list)
+    max_result_bytes: int = Field(default=1_000_000, ge=1024, description="a larger tool result is refused")
+    progress_interval_s: Seconds = Field(default=5.0, description="progress notifications while a call is held")
+
+    @model_validator(mode="after")
+    def _unique_server_names(self) -> McpSettings:
+        names = [s.name for s in self.servers]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"duplicate MCP server names: {', '.join(duplicates)}")
+        return self
+
+
 class Settings(Frozen):
     server: ServerSettings = ServerSettings()
+    mcp: McpSettings = McpSettings()
     releases: ReleaseSettings = ReleaseSettings()
     telemetry: TelemetrySettings = TelemetrySettings()
     tools: ToolPolicySettings = ToolPolicySettings()

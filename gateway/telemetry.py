@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -36,10 +36,12 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from opentelemetry.util.types import AttributeValue
 from prometheus_client import CollectorRegistry
 
+from gateway.mcp.status import UpstreamState, UpstreamStatus
 from gateway.routing.breaker import BreakerState
 from gateway.settings import BackendKind, DeploymentSettings, TelemetrySettings
 
 if TYPE_CHECKING:
+    from gateway.audit import AuditWriter
     from gateway.quota import Admit
     from gateway.routing.router import Router
 
@@ -178,6 +180,62 @@ class Telemetry:
             [fail_open],
             unit="{request}",
             description="requests let through unmetered because the quota store was unavailable",
+        )
+        self._meter.create_observable_counter(
+            "gateway.quota.settle_retries",
+            [lambda _: [Observation(quota.settle_retry_count)]],
+            unit="{request}",
+            description="quota settlements (lease releases) that waited for the store to come back",
+        )
+        self._meter.create_observable_counter(
+            "gateway.quota.unsettled",
+            [lambda _: [Observation(quota.unsettled_count)]],
+            unit="{request}",
+            description="quota settlements given up (the lease expired by itself; tokens stay estimated)",
+        )
+
+    def watch_audit(self, audit: AuditWriter) -> None:
+        """Counters of what the audit writer could not do normally (never silent), and its backlog."""
+        stats = audit.stats
+
+        def counter(field: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
+            return lambda _: [Observation(getattr(stats, field))]
+
+        descriptions = {
+            "unencodable": "audit records that could not be encoded, replaced by an audit_error record",
+            "lost": "audit records never written (the store stayed down through shutdown; each is logged)",
+            "refused": "requests refused with 503 because the audit queue stayed full",
+            "rolled_back": "appended audit records the store later no longer held (failover, restore, wipe)",
+            "store_errors": "audit writes that failed because the store was unavailable (retried)",
+            "errors": "audit writes interrupted by an unexpected error (retried)",
+        }
+        for field, description in descriptions.items():
+            self._meter.create_observable_counter(
+                f"gateway.audit.{field}", [counter(field)], unit="{record}", description=description
+            )
+        self._meter.create_observable_gauge(
+            "gateway.audit.backlog",
+            [lambda _: [Observation(audit.backlog)]],
+            unit="{record}",
+            description="audit records queued, not yet in the store",
+        )
+
+    def watch_tool_servers(
+        self, statuses: Callable[[], Sequence[UpstreamStatus]], calls: Callable[[], Mapping[tuple[str, str], int]]
+    ) -> None:
+        """MCP upstream servers: whether each is up, and calls per server and outcome."""
+
+        def up(_: CallbackOptions) -> Iterable[Observation]:
+            return [Observation(int(s.state is UpstreamState.UP), {"server": s.name}) for s in statuses()]
+
+        def counted(_: CallbackOptions) -> Iterable[Observation]:
+            return [Observation(n, {"server": server, "status": status}) for (server, status), n in calls().items()]
+
+        self._meter.create_observable_gauge(
+            "gateway.mcp.server_up", [up], unit="1", description="1 while the MCP server is connected"
+        )
+        self._meter.create_observable_counter(
+            "gateway.mcp.calls", [counted], unit="{call}", description="MCP tool calls per server and outcome"
         )
 
     def record_checkpoint(self, seconds: float, sessions: int) -> None:

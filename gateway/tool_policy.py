@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -92,11 +92,21 @@ class PolicyHolder:
 class ToolPolicy:
     """The pipeline stage."""
 
-    def __init__(self, holder: PolicyHolder, approvals: ApprovalService, audit: AuditWriter, poll_s: float) -> None:
+    def __init__(
+        self,
+        holder: PolicyHolder,
+        approvals: ApprovalService,
+        audit: AuditWriter,
+        poll_s: float,
+        runs_at_gateway: Callable[[str], bool] | None = None,
+    ) -> None:
         self._holder = holder
         self._approvals = approvals
         self._audit = audit
         self._poll_s = poll_s
+        # Tools the gateway itself runs over MCP: their approval is asked for where they run, so a
+        # high-risk call of one is released to the client here and held at execution instead.
+        self._runs_at_gateway = runs_at_gateway or (lambda _: False)
 
     async def __call__(self, ctx: RequestContext, call_next: Handler) -> AsyncGenerator[Chunk, None]:
         assert ctx.principal is not None
@@ -183,7 +193,7 @@ class ToolPolicy:
             decision = engine.decide(policy, name, arguments)
             if isinstance(decision, Deny):
                 raise InvalidRequest(f"{param} is the result of '{name}', which this key may not use", param=param)
-            if isinstance(decision, NeedsApproval):
+            if isinstance(decision, NeedsApproval) and not self._runs_at_gateway(name):
                 self._check_approved(call, name, arguments, param, caller)
 
     def _check_approved(self, call: dict[str, Any], name: str, arguments: str, param: str, caller: Principal) -> None:
@@ -207,9 +217,10 @@ class ToolPolicy:
         """Decide one complete call; put it back on `chunk` if released. Returns 1 if released."""
         name, arguments = call.name or "", call.arguments
         decision = engine.decide(policy, name, arguments)
-        if isinstance(decision, Allow):
+        if isinstance(decision, Allow) or self._runs_at_gateway(name):
             chunk.tool_calls.append(call)
-            await self._record(ctx, name, arguments, "allow")
+            reason = "" if isinstance(decision, Allow) else "approval is asked for when the gateway runs it (MCP)"
+            await self._record(ctx, name, arguments, "allow", reason=reason)
             return 1
         if isinstance(decision, Deny):
             _note(chunk, f"The gateway blocked a call to '{name}': {decision.reason}")

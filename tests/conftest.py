@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from gateway.cli.processes import Announced
+from tests.cluster.redis_cluster import RedisCluster, running_cluster
 from tests.procs import child_pids, reset, start_sim, wait_gone
 
 _PR_SET_CHILD_SUBREAPER = 36
@@ -66,3 +67,12 @@ def sims(sim_pair: list[Announced]) -> Iterator[list[Announced]]:
     yield sim_pair
     for sim in sim_pair:
         reset(sim)
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
+    """A real Redis Cluster on loopback (3 masters, a replica each), started once for the session
+    by the first test that asks: the store contract suite and tests/cluster run on it. Tests that
+    kill a node start a cluster of their own."""
+    with running_cluster(tmp_path_factory.mktemp("redis-cluster")) as cluster:
+        yield cluster

@@ -122,6 +122,22 @@ def verify_command(
             kept = None
         verdict = check_head(kept if isinstance(kept, dict) else {}, records, anchor, key)
     _report(verdict, "store")
+    _report_wipes(records)
+
+
+def _report_wipes(records: list[dict[str, Any]]) -> None:
+    """The chain verifies from where it starts, but a store that was wiped started it again: the
+    records before are gone, and verifying what is left must not read as "nothing is missing"."""
+    wipes = [r for r in records if r.get("kind") == "store_wiped"]
+    for wipe in wipes:
+        click.echo(
+            f"store: DISCONTINUITY at record seq {wipe.get('seq')}: the store was wiped (epoch "
+            f"{wipe.get('previous_epoch')} -> {wipe.get('epoch')}); the records of the earlier chain, "
+            f"up to seq {wipe.get('previous_seq')} at least, are not in this store",
+            err=True,
+        )
+    if wipes:
+        sys.exit(1)
 
 
 @audit_group.command("head")

@@ -2,22 +2,35 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from gateway.audit import AuditWriter
 from gateway.errors import StoreUnavailable
+from gateway.mcp.status import UpstreamStatus
 from gateway.routing.router import Router
-from gateway.settings import FailMode
 from gateway.store.base import Store
+from gateway.store_epoch import StoreEpoch
 from gateway.wire import dumps
 
 
 class HealthApi:
-    def __init__(self, router: Router, store: Store, on_store_error: FailMode) -> None:
+    def __init__(
+        self,
+        router: Router,
+        store: Store,
+        audit: AuditWriter,
+        epoch: StoreEpoch,
+        tool_servers: Callable[[], Sequence[UpstreamStatus]] | None = None,
+    ) -> None:
         self._router = router
         self._store = store
-        self._store_required = on_store_error is FailMode.CLOSED
+        self._audit = audit
+        self._epoch = epoch
+        self._tool_servers = tool_servers
 
     def routes(self) -> list[BaseRoute]:
         return [
@@ -30,8 +43,9 @@ class HealthApi:
 
     async def ready(self, _: Request) -> Response:
         """Ready when every model has at least one healthy deployment whose breaker is not open,
-        and the store answers. A store outage makes the replica not ready only under
-        `fail_closed` quotas: under `fail_open` it still serves, and says the store is down."""
+        the store answers, and audit records are getting through. A replica that cannot use the
+        store is not ready under either quota mode (`fail_open` only decides what happens to the
+        requests it still gets): an orchestrator should send traffic elsewhere or replace it."""
         models = {
             name: {
                 "ready": group.ready,
@@ -40,17 +54,25 @@ class HealthApi:
             for name, group in self._router.groups.items()
         }
         store_up = await self._store_up()
-        ready = all(m["ready"] for m in models.values()) and (store_up or not self._store_required)
-        body = {
+        audit_problem = self._audit.stuck_reason()
+        wiped = self._epoch.wiped
+        ready = all(m["ready"] for m in models.values()) and store_up and audit_problem is None and wiped is None
+        body: dict[str, object] = {
             "status": "ready" if ready else "not_ready",
-            "store": "up" if store_up else "down",
+            "store": "wiped" if wiped else "up" if store_up else "down",
+            "audit": audit_problem or "ok",
             "models": models,
         }
+        if wiped:
+            body["store_error"] = wiped
+        if self._tool_servers is not None:
+            # Reported, not gating: a replacement replica would meet the same MCP server down.
+            body["mcp_servers"] = {s.name: s.state.value for s in self._tool_servers()}
         return Response(dumps(body), status_code=200 if ready else 503, media_type="application/json")
 
     async def _store_up(self) -> bool:
         try:
-            await self._store.ping()
+            await self._epoch.check()  # one round trip: reachable, and still the same store
         except StoreUnavailable:
             return False
         return True

@@ -40,7 +40,9 @@ class Deployment:
         self.name = settings.name
         self.backend = backend
         self.breaker = CircuitBreaker(routing.breaker.failure_threshold, routing.breaker.cooldown_s, clock=clock)
-        self.stats = LatencyStats(routing.slow.alpha, clock)
+        self.stats = LatencyStats(
+            routing.slow.alpha, clock, routing.slow.baseline_alpha, baseline_warmup=2 * routing.slow.min_samples
+        )
         self.inflight = 0
         self.healthy = True
         self.failed_probes = 0

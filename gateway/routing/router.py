@@ -18,11 +18,13 @@ from typing import Any
 
 from gateway.backends.base import BackendRequest, Chunk, Usage
 from gateway.errors import (
+    DeadlineExceeded,
     NoDeploymentAvailable,
     RateLimited,
     StreamInterrupted,
     UpstreamError,
     UpstreamStatusError,
+    UpstreamTimeout,
 )
 from gateway.request_trace import RequestTrace
 from gateway.routing.deployment import LAST_RESORT, Availability, Deployment
@@ -66,8 +68,6 @@ class ModelGroup:
 
     def plan(self, rng: random.Random) -> list[Deployment]:
         """Deployments to try, best first; empty if every one is open or full."""
-        for deployment in self.deployments:
-            deployment.stats.end_probation_if_due()
         by_kind: dict[Availability, list[Deployment]] = {}
         for deployment in self.deployments:
             by_kind.setdefault(deployment.availability(), []).append(deployment)
@@ -153,24 +153,34 @@ class Router:
         retry = self._settings.retry
         last_error: UpstreamError | None = None
         tried = set(avoid)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._settings.deadline_s
         for attempt_number in range(retry.max_attempts):
             deployment = self._choose(group, tried, last_error, progress)
             if last_error is not None:
                 trace.retry(deployment.name, last_error.reason, len(log.attempts) + 1)
-            if deployment.name in tried:
+            pause = self._backoff(attempt_number) if deployment.name in tried else 0.0
+            if loop.time() + pause >= deadline:
+                deployment.breaker.release()  # a half-open trial taken by _choose must not leak
+                raise self._deadline_passed(group, last_error)
+            if pause:
                 try:
-                    await asyncio.sleep(self._backoff(attempt_number))
+                    await asyncio.sleep(pause)
                 except BaseException:
-                    deployment.breaker.release()  # a half-open trial taken by _choose must not leak
+                    deployment.breaker.release()
                     raise
             tried.add(deployment.name)
+            # While another attempt may follow, one attempt gets at most half of what is left: a
+            # deployment that never answers cannot use up the time another one could answer in.
+            last = attempt_number == retry.max_attempts - 1
+            first_output_by = deadline if last else loop.time() + (deadline - loop.time()) / 2
             attempt = Attempt(deployment.name)
             log.attempts.append(attempt)
             body = progress.request_for(deployment.settings)
             try:
                 with trace.attempt(group.name, deployment, attempt, len(log.attempts), body) as traced:
                     request = BackendRequest({**body, "model": deployment.settings.model}, traced.headers)
-                    upstream = self._attempt(group, deployment, request, attempt, progress)
+                    upstream = self._attempt(group, deployment, request, attempt, progress, first_output_by)
                     async with contextlib.aclosing(upstream) as chunks:
                         async for chunk in chunks:
                             yield chunk
@@ -184,7 +194,15 @@ class Router:
                 if isinstance(error, UpstreamStatusError) and error.retry_after_s is not None:
                     deployment.cool_down(min(error.retry_after_s, retry.retry_after_max_s))
         assert last_error is not None  # max_attempts >= 1 and every path above returns or records one
+        if loop.time() >= deadline:
+            raise self._deadline_passed(group, last_error)
         raise _final_error(last_error)
+
+    def _deadline_passed(self, group: ModelGroup, last_error: UpstreamError | None) -> DeadlineExceeded:
+        cause = f" (last attempt: {last_error.reason})" if last_error is not None else ""
+        return DeadlineExceeded(
+            f"no deployment of {group.name!r} answered within the {self._settings.deadline_s:g}s deadline{cause}"
+        )
 
     def _choose(
         self, group: ModelGroup, tried: set[str], last_error: UpstreamError | None, progress: StreamProgress
@@ -212,29 +230,24 @@ class Router:
         request: BackendRequest,
         attempt: Attempt,
         progress: StreamProgress,
+        first_output_by: float,
     ) -> AsyncGenerator[Chunk, None]:
         started = self._clock()
-        held: list[Chunk] = []
         deployment.inflight += 1
         try:
             async with contextlib.aclosing(deployment.backend.stream(request)) as upstream:
-                async for chunk in upstream:
-                    if chunk.usage is not None:
-                        attempt.usage = chunk.usage
-                    if chunk.finish_reason is not None:
-                        attempt.finish_reason = chunk.finish_reason
-                    if chunk.content:
-                        attempt.output_chunks += 1
-                    if attempt.ttft_s is None:
-                        held.append(chunk)  # nothing goes out before the first output: a retry stays invisible
-                        if not chunk.carries_output:
-                            continue
-                        attempt.ttft_s = self._clock() - started
-                    for ready in held or [chunk]:
-                        passed = progress.admit(ready)
+                held, committed = await _until_first_output(upstream, attempt, first_output_by, deployment.name)
+                if committed:
+                    attempt.ttft_s = self._clock() - started
+                    for passed in map(progress.admit, held):
                         if passed is not None:
                             yield passed
                     held.clear()
+                async for chunk in upstream:
+                    _note(attempt, chunk)
+                    passed = progress.admit(chunk)
+                    if passed is not None:
+                        yield passed
             for passed in _drain(held, progress):
                 yield passed
         except UpstreamError as error:
@@ -259,6 +272,37 @@ class Router:
 
     def ready_models(self) -> dict[str, bool]:
         return {name: group.ready for name, group in self.groups.items()}
+
+
+async def _until_first_output(
+    upstream: AsyncGenerator[Chunk, None], attempt: Attempt, by: float, deployment: str
+) -> tuple[list[Chunk], bool]:
+    """The chunks up to and including the first that carries output (and True), or all of them
+    if none does (and False). Nothing goes out meanwhile, so that a retry stays invisible; the
+    wait ends at `by` (loop time) as a first-token timeout. No yield happens inside the timeout,
+    so it never spans a hand-over of the stream to another task."""
+    held: list[Chunk] = []
+    try:
+        async with asyncio.timeout_at(by):
+            async for chunk in upstream:
+                _note(attempt, chunk)
+                held.append(chunk)
+                if chunk.carries_output:
+                    return held, True
+    except TimeoutError:
+        raise UpstreamTimeout(
+            "no first output within this attempt's share of the deadline", deployment=deployment, phase="first_token"
+        ) from None
+    return held, False
+
+
+def _note(attempt: Attempt, chunk: Chunk) -> None:
+    if chunk.usage is not None:
+        attempt.usage = chunk.usage
+    if chunk.finish_reason is not None:
+        attempt.finish_reason = chunk.finish_reason
+    if chunk.content:
+        attempt.output_chunks += 1
 
 
 def _drain(held: list[Chunk], progress: StreamProgress) -> list[Chunk]:

@@ -116,7 +116,7 @@ class _Handlers:
         except ClientDisconnect:
             return Response(status_code=499)
         try:
-            reply = plan_reply(body)
+            reply = plan_reply(body, echo_tool_results=self._state.profile.echo_tool_results)
         except RequestError as exc:
             return error_response(400, exc.message, param=exc.param)
         return ChatResponse(self._state, reply, faults)

@@ -23,6 +23,12 @@ import click
 @click.option("--seed", type=int, help="Seed for jitter and error-rate draws.")
 @click.option("--slow", type=float, help="Multiplier on TTFT and TPOT (a fault field).")
 @click.option(
+    "--echo-tool-results",
+    is_flag=True,
+    default=None,
+    help="Answer a tool result by quoting it, so an agent's final answer shows what its tool returned.",
+)
+@click.option(
     "--fault",
     "fault_spec",
     help='Process faults in X-Sim-Fault syntax, e.g. "status=503" or "cut_after=5,slow=2".',
@@ -36,6 +42,7 @@ def sim_command(
     jitter: float | None,
     seed: int | None,
     slow: float | None,
+    echo_tool_results: bool | None,
     fault_spec: str | None,
 ) -> None:
     """Run the simulated OpenAI-compatible backend (prints its URL once ready)."""
@@ -57,6 +64,7 @@ def sim_command(
             tpot_ms=tpot_ms,
             jitter=jitter,
             seed=seed,
+            echo_tool_results=echo_tool_results,
             faults=faults or None,
         )
     except ProfileError as exc:

@@ -26,6 +26,10 @@ class SimProfile(BaseModel):
     jitter: float = Field(default=0.1, ge=0, le=1, description="Uniform +/- fraction applied to each delay.")
     faults: Faults = Field(default_factory=Faults, description="Process-wide faults at start and reset.")
     seed: int = Field(default=0, description="Seeds the timing jitter and error-rate draws.")
+    echo_tool_results: bool = Field(
+        default=False,
+        description="Answer a tool result by quoting it (agent demos and tests), instead of generated words.",
+    )
     model_ids: list[str] = Field(
         default_factory=lambda: ["sim-model"],
         min_length=1,

@@ -15,6 +15,7 @@ from gateway.sim.text import (
     continue_tokens,
     count_prompt_tokens,
     generate_tokens,
+    remaining_tokens,
     seed_digest,
 )
 from gateway.sim.tools import ToolCall, plan_tool_call, wants_tool_call
@@ -60,8 +61,12 @@ class Reply:
         return "".join(self.tokens)
 
 
-def plan_reply(body: object) -> Reply:
-    """Validate (minimally) a request body and decide the reply; raises `RequestError`."""
+def plan_reply(body: object, *, echo_tool_results: bool = False) -> Reply:
+    """Validate (minimally) a request body and decide the reply; raises `RequestError`.
+
+    With `echo_tool_results`, the answer to a tool result quotes it ("The tool said: ..."), so an
+    agent run through the sim ends with what its tool returned; it is still deterministic and
+    prefix-consistent, so a stream broken mid-answer is continued exactly."""
     if not isinstance(body, dict):
         raise RequestError("request body must be a JSON object")
     model = body.get("model")
@@ -80,6 +85,9 @@ def plan_reply(body: object) -> Reply:
         "prompt_tokens": prompt_tokens,
     }
     prefix = trailing_prefill(messages)
+    answered = messages[:-1] if prefix is not None else messages
+    if echo_tool_results and answered and answered[-1].get("role") == "tool":
+        return _quote_tool_result(answered[-1], prefix or "", max_tokens, common)
     if prefix is not None:
         tokens = continue_tokens(model, messages[:-1], prefix, max_tokens)
         return Reply(tokens=tuple(tokens), tool_call=None, finish_reason=_finish(max_tokens), **common)
@@ -88,6 +96,17 @@ def plan_reply(body: object) -> Reply:
         return Reply(tokens=(), tool_call=call, finish_reason="tool_calls", **common)
     tokens = generate_tokens(model, messages, max_tokens)
     return Reply(tokens=tuple(tokens), tool_call=None, finish_reason=_finish(max_tokens), **common)
+
+
+def _quote_tool_result(message: Message, prefix: str, max_tokens: int | None, common: dict[str, Any]) -> Reply:
+    words = f"The tool said: {content_text(message.get('content'))}".split(" ")
+    tokens = [words[0], *(" " + word for word in words[1:])]
+    rest = remaining_tokens(tokens, prefix) if prefix else tokens
+    rest = rest if rest is not None else []
+    finish = "stop"
+    if max_tokens is not None and len(rest) > max_tokens:
+        rest, finish = rest[:max_tokens], "length"
+    return Reply(tokens=tuple(rest), tool_call=None, finish_reason=finish, **common)
 
 
 def trailing_prefill(messages: list[Message]) -> str | None:

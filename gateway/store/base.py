@@ -323,6 +323,12 @@ class Store(Protocol):
         ...
 
     # --- lifecycle ------------------------------------------------------------------------
+    async def store_epoch(self, candidate: str) -> str:
+        """The store's epoch: set to `candidate` if the store has none yet (a new, or wiped, store),
+        and returned as stored. It never changes otherwise, so a replica that sees a different
+        epoch than at its start knows the store lost everything in between."""
+        ...
+
     async def ping(self) -> None:
         """Raise StoreUnavailable if the backing service cannot be reached."""
         ...

@@ -221,6 +221,9 @@ class EmbeddedStore:
         return await self._run(lambda db: releases.set_canary(db, model, blob, expected_generation))
 
     # --- lifecycle ------------------------------------------------------------------------
+    async def store_epoch(self, candidate: str) -> str:
+        return await self._run(lambda db: SqliteDb.store_epoch(db, candidate))
+
     async def ping(self) -> None:
         await self._run(lambda db: db.execute("SELECT 1").fetchone())
 

@@ -13,6 +13,8 @@ Names carry Redis Cluster hash tags so that each Lua script touches a single slo
     <prefix>:{audit}:stream                  stream one entry per record, id "<seq>-0", field r
     <prefix>:{audit}:head                    hash  seq, hash of the last appended record
     <prefix>:{audit}:anchor                  hash  seq, hash of the last trimmed record
+    <prefix>:{audit}:epoch                   string the store's epoch: a random id written once
+                                                   (absent or changed: the store was wiped)
     <prefix>:{s:<tenant>:<session>}:state    string the session's state (JSON)
     <prefix>:{s:<tenant>:<session>}:events   stream one entry per SSE event, id "<seq>-0", field e
     <prefix>:{s:<tenant>:<session>}:lease    string the replica owning the live stream (PX expiry)
@@ -122,6 +124,10 @@ def audit_head(prefix: str) -> str:
 
 def audit_anchor(prefix: str) -> str:
     return f"{prefix}:{{audit}}:anchor"
+
+
+def store_epoch(prefix: str) -> str:
+    return f"{prefix}:{{audit}}:epoch"
 
 
 def stream_id(seq: int) -> str:

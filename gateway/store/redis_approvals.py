@@ -8,11 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from redis.asyncio import Redis
-
 from gateway.store import approval_record as approvals
 from gateway.store import keys
-from gateway.store.redis_common import lua, unavailable
+from gateway.store.redis_common import Client, script, unavailable
 
 
 def _text(raw: bytes | str) -> str:
@@ -24,13 +22,13 @@ def _read(record: bytes | str, decision: bytes | str, state: bytes | str) -> dic
 
 
 class RedisApprovals:
-    def __init__(self, redis: Redis, prefix: str) -> None:
+    def __init__(self, redis: Client, prefix: str) -> None:
         self._prefix = prefix
         self._keys = keys.approval_keys(prefix)
-        self._put = redis.register_script(lua("approval_put"))
-        self._get = redis.register_script(lua("approval_get"))
-        self._decide = redis.register_script(lua("approval_decide"))
-        self._list = redis.register_script(lua("approval_list"))
+        self._put = script(redis, "approval_put")
+        self._get = script(redis, "approval_get")
+        self._decide = script(redis, "approval_decide")
+        self._list = script(redis, "approval_list")
 
     def _record_keys(self) -> list[str]:
         return [self._keys.records, self._keys.decisions, self._keys.deadlines, self._keys.forget]

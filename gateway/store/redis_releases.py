@@ -8,11 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from redis.asyncio import Redis
 
 from gateway.store import keys
 from gateway.store import release_record as releases
-from gateway.store.redis_common import lua, unavailable
+from gateway.store.redis_common import Client, script, unavailable
 
 
 def _text(raw: bytes | str) -> str:
@@ -20,14 +19,14 @@ def _text(raw: bytes | str) -> str:
 
 
 class RedisReleases:
-    def __init__(self, redis: Redis, prefix: str) -> None:
+    def __init__(self, redis: Client, prefix: str) -> None:
         self._redis = redis
         self._prefix = prefix
         self._keys = keys.release_keys(prefix)
-        self._put = redis.register_script(lua("release_put"))
-        self._list = redis.register_script(lua("release_list"))
-        self._activate = redis.register_script(lua("release_activate"))
-        self._set_canary = redis.register_script(lua("release_set_canary"))
+        self._put = script(redis, "release_put")
+        self._list = script(redis, "release_list")
+        self._activate = script(redis, "release_activate")
+        self._set_canary = script(redis, "release_set_canary")
 
     async def put(self, record: dict[str, Any]) -> bool:
         new = releases.check_put(record)

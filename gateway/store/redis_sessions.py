@@ -6,14 +6,15 @@ holding its owner with a PX expiry. Every call is one command or one script: one
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import orjson
-from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 
 from gateway.store import keys
 from gateway.store.base import SessionCheckpoint
-from gateway.store.redis_common import lua, unavailable
+from gateway.store.redis_common import Client, ClusterClient, script, unavailable
 from gateway.store.session_batch import check_events, check_ttl
 
 
@@ -23,13 +24,13 @@ def _event(entry_id: bytes | str, fields: dict[Any, Any]) -> tuple[int, bytes]:
 
 
 class RedisSessions:
-    def __init__(self, redis: Redis, prefix: str) -> None:
+    def __init__(self, redis: Client, prefix: str) -> None:
         self._redis = redis
         self._prefix = prefix
-        self._save = redis.register_script(lua("session_save"))
-        self._append = redis.register_script(lua("session_append"))
-        self._claim = redis.register_script(lua("session_claim"))
-        self._release = redis.register_script(lua("session_release"))
+        self._save = script(redis, "session_save")
+        self._append = script(redis, "session_append")
+        self._claim = script(redis, "session_claim")
+        self._release = script(redis, "session_release")
 
     def _keys(self, tenant: str, session_id: str) -> keys.SessionKeys:
         return keys.session_keys(self._prefix, tenant, session_id)
@@ -82,30 +83,44 @@ class RedisSessions:
         """Every item's scripts in one pipeline: one round trip for all live sessions."""
         if not items:
             return
-        pipe = self._redis.pipeline(transaction=False)
         for item in items:
             check_ttl(item.ttl_s)
             check_events(item.events)
-            names = self._keys(item.tenant, item.session_id)
-            ttl_ms = keys.session_ttl_ms(item.ttl_s)
-            if item.replace_events:
-                pipe.delete(names.events)
-            if item.state is not None:
-                await self._save(
-                    keys=[names.state, names.events, names.lease], args=[orjson.dumps(item.state), ttl_ms], client=pipe
-                )
-            if item.events:
-                args: list[int | bytes] = [ttl_ms]
-                for seq, payload in item.events:
-                    args += [seq, payload]
-                await self._append(keys=[names.events, names.state, names.lease], args=args, client=pipe)
-            if item.renew_owner is not None:
-                lease_ms = keys.session_ttl_ms(item.lease_ttl_s)
-                await self._claim(keys=[names.lease], args=[item.renew_owner, lease_ms], client=pipe)
-            if item.release_owner is not None:
-                await self._release(keys=[names.lease], args=[item.release_owner], client=pipe)
+        # `async with`, not a bare pipeline: redis-py checks SCRIPT EXISTS on a connection of its
+        # own before the pipeline's try/finally, so when that check fails (Redis frozen, loading,
+        # restarting) only the pipeline's reset() gives the connection back. Without it every
+        # failure leaked one pooled connection until the pool was empty for good (issue 12).
         with unavailable("session_checkpoint"):
-            await pipe.execute()
+            if isinstance(self._redis, ClusterClient):
+                # Sessions live on many slots (nodes): one call per session, all at once.
+                await asyncio.gather(*(self._one(self._redis, item) for item in items))
+                return
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for item in items:
+                    await self._one(pipe, item)
+                await pipe.execute()
+
+    async def _one(self, pipe: Pipeline | ClusterClient, item: SessionCheckpoint) -> None:
+        """Queue `item`'s calls on a pipeline, or make them (in order) on a cluster client."""
+        names = self._keys(item.tenant, item.session_id)
+        ttl_ms = keys.session_ttl_ms(item.ttl_s)
+        if item.replace_events:
+            deleted = pipe.delete(names.events)
+            if isinstance(pipe, ClusterClient):
+                await deleted
+        if item.state is not None:
+            state_args: list[bytes | int] = [orjson.dumps(item.state), ttl_ms]
+            await self._save(keys=[names.state, names.events, names.lease], args=state_args, client=pipe)
+        if item.events:
+            args: list[int | bytes] = [ttl_ms]
+            for seq, payload in item.events:
+                args += [seq, payload]
+            await self._append(keys=[names.events, names.state, names.lease], args=args, client=pipe)
+        if item.renew_owner is not None:
+            lease_ms = keys.session_ttl_ms(item.lease_ttl_s)
+            await self._claim(keys=[names.lease], args=[item.renew_owner, lease_ms], client=pipe)
+        if item.release_owner is not None:
+            await self._release(keys=[names.lease], args=[item.release_owner], client=pipe)
 
     async def delete(self, tenant: str, session_id: str) -> bool:
         names = self._keys(tenant, session_id)

@@ -34,12 +34,10 @@ from gateway.store.base import (
     SessionCheckpoint,
 )
 from gateway.store.redis_approvals import RedisApprovals
-from gateway.store.redis_common import lua, unavailable
+from gateway.store.redis_common import POOL_WAIT_S, Client, ClusterClient, script, unavailable
 from gateway.store.redis_releases import RedisReleases
 from gateway.store.redis_sessions import RedisSessions
 
-# Requests beyond the pool's size wait this long for a connection before failing.
-POOL_WAIT_S = 1.0
 MAX_CONNECTIONS = 32  # Redis runs one command at a time: more mostly adds connect storms
 
 
@@ -82,27 +80,45 @@ def _sorted_records(raw: list[bytes | str | None], tenant: str | None) -> list[K
     return sorted(records, key=lambda r: (r.created_at, r.id))
 
 
+def _single(settings: RedisStoreSettings, max_connections: int) -> Redis:
+    # A blocking pool queues bursts (hundreds of concurrent admits) instead of failing them.
+    pool = BlockingConnectionPool.from_url(
+        settings.url,
+        max_connections=max_connections,
+        timeout=POOL_WAIT_S,
+        socket_timeout=settings.socket_timeout_s,
+        socket_connect_timeout=settings.connect_timeout_s,
+        retry=Retry(NoBackoff(), 0),
+        retry_on_timeout=False,
+    )
+    return Redis.from_pool(pool)
+
+
+def _cluster(settings: RedisStoreSettings, max_connections: int) -> ClusterClient:
+    # The cluster client follows MOVED/ASK redirections and, after a connection error, reloads
+    # the slot map on the next call: a failover costs the calls in flight, not the client.
+    client = ClusterClient.from_url(
+        settings.url,
+        max_connections=max_connections,
+        socket_timeout=settings.socket_timeout_s,
+        socket_connect_timeout=settings.connect_timeout_s,
+        retry=Retry(NoBackoff(), 0),
+    )
+    assert isinstance(client, ClusterClient)  # from_url builds cls(...): typed as the base class
+    return client
+
+
 class RedisStore:
     def __init__(self, settings: RedisStoreSettings, *, max_connections: int = MAX_CONNECTIONS) -> None:
         self._prefix = settings.key_prefix
-        # A blocking pool queues bursts (hundreds of concurrent admits) instead of failing them.
-        pool = BlockingConnectionPool.from_url(
-            settings.url,
-            max_connections=max_connections,
-            timeout=POOL_WAIT_S,
-            socket_timeout=settings.socket_timeout_s,
-            socket_connect_timeout=settings.connect_timeout_s,
-            retry=Retry(NoBackoff(), 0),
-            retry_on_timeout=False,
-        )
-        self._redis = Redis.from_pool(pool)
-        # register_script only hashes the source: EVALSHA, loading the script when Redis lacks it.
-        self._admit = self._redis.register_script(lua("admit"))
-        self._settle = self._redis.register_script(lua("settle"))
-        self._renew = self._redis.register_script(lua("renew"))
-        self._put_key = self._redis.register_script(lua("put_key"))
-        self._find_key = self._redis.register_script(lua("find_key"))
-        self._audit_append = self._redis.register_script(lua("audit_append"))
+        build = _cluster if settings.cluster else _single
+        self._redis: Client = build(settings, max_connections)
+        self._admit = script(self._redis, "admit")
+        self._settle = script(self._redis, "settle")
+        self._renew = script(self._redis, "renew")
+        self._put_key = script(self._redis, "put_key")
+        self._find_key = script(self._redis, "find_key")
+        self._audit_append = script(self._redis, "audit_append")
         self._sessions = RedisSessions(self._redis, self._prefix)
         self._approvals = RedisApprovals(self._redis, self._prefix)
         self._releases = RedisReleases(self._redis, self._prefix)
@@ -285,6 +301,14 @@ class RedisStore:
         return await self._releases.set_canary(model, canary, expected_generation)
 
     # --- lifecycle ------------------------------------------------------------------------
+    async def store_epoch(self, candidate: str) -> str:
+        with unavailable("store_epoch"):
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.set(keys.store_epoch(self._prefix), candidate, nx=True)
+                pipe.get(keys.store_epoch(self._prefix))
+                _, epoch = await pipe.execute()
+        return epoch.decode() if isinstance(epoch, bytes) else str(epoch)
+
     async def ping(self) -> None:
         with unavailable("ping"):
             await self._redis.ping()

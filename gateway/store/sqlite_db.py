@@ -45,7 +45,7 @@ CREATE TABLE IF NOT EXISTS audit_records (
     seq INTEGER PRIMARY KEY,
     record BLOB NOT NULL
 );
-CREATE TABLE IF NOT EXISTS audit_marks (  -- 'head' and 'anchor'
+CREATE TABLE IF NOT EXISTS audit_marks (  -- 'head', 'anchor' and 'epoch'
     name TEXT PRIMARY KEY,
     seq INTEGER NOT NULL,
     hash TEXT NOT NULL
@@ -123,6 +123,14 @@ class SqliteDb:
         return [_record(row[0]) for row in rows]
 
     # --- audit chain ----------------------------------------------------------------------
+    @staticmethod
+    def store_epoch(db: sqlite3.Connection, candidate: str) -> str:
+        # The epoch is a mark beside the audit head: the hash column holds its id.
+        with transaction(db, "BEGIN IMMEDIATE"):
+            db.execute("INSERT OR IGNORE INTO audit_marks (name, seq, hash) VALUES ('epoch', 0, ?)", (candidate,))
+            row = db.execute("SELECT hash FROM audit_marks WHERE name = 'epoch'").fetchone()
+        return str(row[0])
+
     @staticmethod
     def audit_mark(db: sqlite3.Connection, name: str) -> AuditHead:
         row = db.execute("SELECT seq, hash FROM audit_marks WHERE name = ?", (name,)).fetchone()

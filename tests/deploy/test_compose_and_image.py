@@ -106,15 +106,19 @@ def test_every_service_with_a_shell_or_python_has_a_healthcheck_on_its_own_endpo
     assert services["redis"]["healthcheck"]["test"] == ["CMD", "redis-cli", "ping"]
 
 
-def test_replicas_share_one_redis_that_keeps_nothing_on_disk() -> None:
+def test_replicas_share_one_redis_that_persists_to_an_append_only_file_on_a_volume() -> None:
+    """Issue 12 item 6: a restarted non-persistent Redis deleted every key, silently."""
     services = compose_services()
     store = gateway_config()["store"]
     assert store["kind"] == "redis"
     url = urlsplit(store["url"])
     assert (url.hostname, url.port) == ("redis", 6379)
     command = services["redis"]["command"]
-    assert command[command.index("--save") + 1] == ""
-    assert command[command.index("--appendonly") + 1] == "no"
+    assert command[command.index("--appendonly") + 1] == "yes"
+    assert command[command.index("--appendfsync") + 1] == "everysec"
+    assert command[command.index("--maxmemory-policy") + 1] == "noeviction"
+    assert "redis-data:/data" in services["redis"]["volumes"]
+    assert "redis-data" in yaml.safe_load((DEPLOY / "compose.yaml").read_text())["volumes"]
 
 
 def test_the_config_reaches_each_sim_and_the_collector_by_service_name() -> None:

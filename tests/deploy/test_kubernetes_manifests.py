@@ -221,3 +221,6 @@ def test_redis_statefulset_is_reachable_under_the_name_the_config_uses() -> None
     (container,) = statefulset["spec"]["template"]["spec"]["containers"]
     assert {"name": "data", "mountPath": "/data"} in container["volumeMounts"]
     assert [claim["metadata"]["name"] for claim in statefulset["spec"]["volumeClaimTemplates"]] == ["data"]
+    args = container["args"]
+    assert args[args.index("--appendonly") + 1] == "yes"  # issue 12 item 6: state survives a restart
+    assert args[args.index("--appendfsync") + 1] == "everysec"

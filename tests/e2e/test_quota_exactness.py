@@ -65,7 +65,7 @@ async def fire(replicas: tuple[Gateway, Gateway], key: str, count: int, body: di
             reply = await client.post(f"{gateway.url}/v1/chat/completions", json=body, headers=gateway.headers(key))
             if reply.status_code == 429:
                 assert "Retry-After" in reply.headers
-                assert reply.json()["error"]["code"] in ("rate_limit_exceeded", "insufficient_quota")
+                assert reply.json()["error"]["code"] in ("rate_limit_exceeded", "insufficient_quota", "retry_too_early")
             return reply.status_code
 
         return Counter(await asyncio.gather(*(one(i) for i in range(count))))

@@ -47,3 +47,43 @@ def test_degraded_deployment_is_measured_afresh_after_cooldown() -> None:
     stats[1].end_probation_if_due()
     assert not stats[1].degraded
     assert stats[1].ttft.samples == 0
+
+
+def test_the_only_deployment_with_traffic_is_judged_against_its_own_baseline() -> None:
+    primary, idle_peer = LatencyStats(SETTINGS.alpha), LatencyStats(SETTINGS.alpha)
+    for _ in range(20):
+        primary.record(0.2, 0.02)
+    assert find_slow([primary, idle_peer], SETTINGS) == []
+    for _ in range(SETTINGS.min_samples):
+        primary.record(0.6, 0.06)
+    assert find_slow([primary, idle_peer], SETTINGS) == [0]
+
+
+def test_a_steady_deployment_is_not_slow_against_its_own_baseline() -> None:
+    lone, idle_peer = LatencyStats(SETTINGS.alpha), LatencyStats(SETTINGS.alpha)
+    for sample in [0.2, 0.22, 0.19, 0.21, 0.2] * 10:
+        lone.record(sample, sample / 10)
+        assert find_slow([lone, idle_peer], SETTINGS) == []
+
+
+def test_the_baseline_is_not_consulted_without_a_ready_peer_to_drain_to() -> None:
+    only, degraded_peer = LatencyStats(SETTINGS.alpha), LatencyStats(SETTINGS.alpha)
+    degraded_peer.degrade(SETTINGS.cooldown_s)
+    for _ in range(20):
+        only.record(0.2, 0.02)
+    for _ in range(SETTINGS.min_samples):
+        only.record(0.6, 0.06)
+    assert find_slow([only], SETTINGS) == []
+    assert find_slow([only, degraded_peer], SETTINGS) == []
+
+
+def test_with_peer_numbers_the_baseline_is_not_consulted() -> None:
+    """Everything slowing down together (load) makes no deployment the outlier."""
+    a, b = LatencyStats(SETTINGS.alpha), LatencyStats(SETTINGS.alpha)
+    for _ in range(20):
+        a.record(0.2, 0.02)
+        b.record(0.2, 0.02)
+    for _ in range(SETTINGS.min_samples):
+        a.record(0.6, 0.06)
+        b.record(0.6, 0.06)
+    assert find_slow([a, b], SETTINGS) == []

@@ -20,6 +20,7 @@ from gateway.store import keys
 from gateway.store.base import Store
 from gateway.store.embedded import EmbeddedStore
 from gateway.store.redis_store import RedisStore
+from tests.cluster.redis_cluster import RedisCluster
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
@@ -64,7 +65,7 @@ async def delete_prefix(prefix: str) -> None:
         await client.aclose()
 
 
-@pytest.fixture(params=["embedded", "redis"])
+@pytest.fixture(params=["embedded", "redis", "cluster"])
 async def backing(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backing]:
     prefix = f"agw-test-{uuid.uuid4().hex[:12]}"
     if request.param == "embedded":
@@ -74,10 +75,15 @@ async def backing(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
     else:
         # The contract is about semantics: generous timeouts keep a loaded machine from failing
         # the 500-admit bursts. Failing fast is test_redis_unavailable's business.
+        cluster: RedisCluster | None = request.getfixturevalue("redis_cluster") if request.param == "cluster" else None
         redis_settings = RedisStoreSettings(
-            url=REDIS_URL, key_prefix=prefix, socket_timeout_s=2.0, connect_timeout_s=2.0
+            url=cluster.url if cluster else REDIS_URL,
+            cluster=cluster is not None,
+            key_prefix=prefix,
+            socket_timeout_s=2.0,
+            connect_timeout_s=2.0,
         )
-        backing = Backing("redis", lambda: RedisStore(redis_settings))
+        backing = Backing(request.param, lambda: RedisStore(redis_settings))
     try:
         yield backing
     finally:

@@ -338,3 +338,12 @@ async def test_a_request_with_no_scopes_is_admitted_with_a_reservation(store: St
     assert result.reservation is not None
     assert result.reservation.day == result.reservation.second // 86_400
     await store.settle("acme", (), result.reservation, used_tokens=1)
+
+
+async def test_the_store_epoch_is_set_once_and_shared_by_every_replica(backing: Backing) -> None:
+    """Issue 12 item 6: a replica compares the epoch with the one it started with to notice a
+    store that lost everything (a Redis restarted without persistence)."""
+    first, second = backing.open(), backing.open()
+    assert await first.store_epoch("epoch-a") == "epoch-a"
+    assert await first.store_epoch("epoch-b") == "epoch-a"
+    assert await second.store_epoch("epoch-c") == "epoch-a"

@@ -17,7 +17,7 @@ import redis
 
 from gateway.errors import StoreUnavailable
 from gateway.settings import RedisStoreSettings
-from gateway.store.base import AuditHead, Reservation
+from gateway.store.base import AuditHead, Reservation, SessionCheckpoint
 from gateway.store.redis_store import RedisStore
 from tests.store.helpers import admit_request, approval_record, chained, key_record, key_scope
 
@@ -171,4 +171,36 @@ async def test_calls_in_flight_when_the_server_dies_end_promptly(tmp_path: Path)
         await asyncio.wait_for(asyncio.gather(*workers), timeout=10)
         assert time.monotonic() - killed_at < 1.0
     assert len(failures) == 50
+    await store.aclose()
+
+
+def _checkpoint() -> list[SessionCheckpoint]:
+    return [SessionCheckpoint("acme", "s1", 60, state={"status": "streaming"}, events=[(1, b"a")], renew_owner="r1")]
+
+
+async def test_checkpoints_failing_while_redis_is_frozen_leak_no_connection(tmp_path: Path) -> None:
+    """Issue 12 item 1: a pipeline of scripts checks SCRIPT EXISTS before running; when that check
+    failed (Redis frozen or restarting), the connection it had taken never went back to the pool.
+    A few failures exhausted the pool and the replica never talked to Redis again."""
+    port = free_port()
+    store = RedisStore(
+        RedisStoreSettings(url=f"redis://127.0.0.1:{port}/0", key_prefix="agw-test", socket_timeout_s=0.2),
+        max_connections=3,
+    )
+    with redis_server(port, tmp_path) as server:
+        # A busy replica: every pooled connection open and idle (a frozen Redis also fails the
+        # handshake of a new one, which redis-py does clean up).
+        await asyncio.gather(*(store.session_checkpoint(_checkpoint()) for _ in range(3)))
+        server.send_signal(signal.SIGSTOP)  # connections stay open, answers never come
+        try:
+            outcomes = await asyncio.wait_for(
+                asyncio.gather(*(store.session_checkpoint(_checkpoint()) for _ in range(3)), return_exceptions=True),
+                timeout=10,
+            )
+            assert all(isinstance(o, StoreUnavailable) for o in outcomes), outcomes
+        finally:
+            server.send_signal(signal.SIGCONT)
+        for _ in range(6):  # twice the pool: each call must find a connection
+            await asyncio.wait_for(store.session_checkpoint(_checkpoint()), timeout=10)
+            await asyncio.wait_for(store.ping(), timeout=10)
     await store.aclose()

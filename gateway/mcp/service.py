@@ -1,0 +1,213 @@
+"""Tool calls governed where they run: every MCP call an agent makes through the gateway is
+judged by the same policy engine as the tool calls a model proposes in chat completions.
+
+An upstream server's tool `read_file` is shown to agents as `files__read_file` (server name,
+two underscores, tool name), so two servers cannot shadow each other and the name is a valid
+OpenAI function name; policy rules name tools the same way. For each `tools/call`:
+
+    unknown or unlisted tool          -> error result, audited as deny
+    policy denies (whitelist, schema) -> error result naming the reason, audited as deny
+    high risk                         -> held for a person (the approvals queue, page, CLI, API),
+                                         with progress notifications while held, bounded by the
+                                         policy's wait time; rejected or expired -> error result
+    allowed or approved               -> forwarded (an approval's id and token in `_meta`),
+                                         result size-limited, audited with its status
+
+Calls are always held in `wait` fashion: an MCP call has one answer, so there is no deferring it.
+Errors are tool results with `isError: true`, which agent frameworks hand to the model as the
+tool's output, so the agent learns what happened instead of crashing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, cast
+
+import mcp_types as types
+import orjson
+
+from gateway.approvals import APPROVED, ApprovalService
+from gateway.audit import AuditWriter
+from gateway.mcp.status import UpstreamStatus
+from gateway.mcp.upstream import UpstreamCallFailed, UpstreamServer, UpstreamUnavailable
+from gateway.principal import Principal
+from gateway.settings import McpSettings
+from gateway.tool_policy import PolicyHolder
+from policies import Allow, Deny, NeedsApproval
+
+log = logging.getLogger(__name__)
+
+SEPARATOR = "__"
+APPROVAL_META_KEY = "agent-gateway/approval"
+ProgressReporter = Callable[[float, str], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class CallOutcome:
+    result: types.CallToolResult
+    decision: str  # allow, deny, approved, rejected, expired
+    status: str  # ok, tool_error, denied, not_approved, upstream_unavailable, upstream_error, too_large
+
+
+class McpGateway:
+    def __init__(
+        self,
+        settings: McpSettings,
+        policies: PolicyHolder,
+        approvals: ApprovalService,
+        audit: AuditWriter,
+        poll_s: float,
+    ) -> None:
+        self._settings = settings
+        self._policies = policies
+        self._approvals = approvals
+        self._audit = audit
+        self._poll_s = poll_s
+        self.servers = {s.name: UpstreamServer(s) for s in settings.servers}
+        self._tasks: list[asyncio.Task[None]] = []
+        self.calls: dict[tuple[str, str], int] = {}  # (server, status) -> count, read by /metrics
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(s.run(), name=f"mcp-{s.name}") for s in self.servers.values()]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+
+    def statuses(self) -> list[UpstreamStatus]:
+        return [s.status() for s in self.servers.values()]
+
+    def executes(self, name: str) -> bool:
+        """Whether `name` is a tool this gateway runs over MCP (its approval happens at execution)."""
+        server, _, tool = name.partition(SEPARATOR)
+        upstream = self.servers.get(server)
+        return upstream is not None and any(t.name == tool for t in upstream.tools)
+
+    def visible_tools(self, principal: Principal) -> list[types.Tool]:
+        """The tools this key may call, namespaced; the others do not exist for it."""
+        engine = self._policies.engine
+        policy = engine.policy_for(principal.tenant, principal.key_id)
+        visible = []
+        for server in self.servers.values():
+            for tool in server.tools:
+                name = f"{server.name}{SEPARATOR}{tool.name}"
+                if engine.may_use(policy, name):
+                    visible.append(tool.model_copy(update={"name": name}))
+        return visible
+
+    async def call(
+        self, principal: Principal, name: str, arguments: dict[str, Any], progress: ProgressReporter
+    ) -> types.CallToolResult:
+        started = time.monotonic()
+        call_id = f"mcp_{secrets.token_hex(8)}"
+        arguments_json = orjson.dumps(arguments).decode()
+        outcome, approval_id = await self._judge_and_run(principal, call_id, name, arguments, arguments_json, progress)
+        server = name.partition(SEPARATOR)[0]
+        counter = (server if server in self.servers else "<unknown>", outcome.status)
+        self.calls[counter] = self.calls.get(counter, 0) + 1
+        await self._audit.submit(
+            {
+                "kind": "mcp",
+                "request_id": call_id,
+                "tenant": principal.tenant,
+                "key_id": principal.key_id,
+                "server": counter[0],
+                "tool": name,
+                "decision": outcome.decision,
+                "status": outcome.status,
+                "approval_id": approval_id,
+                "arguments_sha256": hashlib.sha256(arguments_json.encode()).hexdigest(),
+                "duration_ms": round((time.monotonic() - started) * 1000, 3),
+            }
+        )
+        return outcome.result
+
+    async def _judge_and_run(
+        self,
+        principal: Principal,
+        call_id: str,
+        name: str,
+        arguments: dict[str, Any],
+        arguments_json: str,
+        progress: ProgressReporter,
+    ) -> tuple[CallOutcome, str | None]:
+        server_name, _, tool = name.partition(SEPARATOR)
+        server = self.servers.get(server_name)
+        engine = self._policies.engine
+        policy = engine.policy_for(principal.tenant, principal.key_id)
+        if server is None or not any(t.name == tool for t in server.tools) or not engine.may_use(policy, name):
+            # Unlisted and not allowed look the same: a key learns nothing about tools it may not use.
+            return _refused(f"Unknown tool: {name}", "deny", "denied"), None
+        decision = engine.decide(policy, name, arguments_json)
+        if isinstance(decision, Deny):
+            return _refused(f"The gateway refused the call to '{name}': {decision.reason}", "deny", "denied"), None
+        meta: types.RequestParamsMeta | None = None
+        approval_id: str | None = None
+        if isinstance(decision, NeedsApproval):
+            record = await self._approvals.request(principal, None, call_id, name, arguments_json, decision)
+            approval_id = record["id"]
+            decided = await self._hold(record, decision, progress)
+            if decided["status"] != APPROVED:
+                reason = decided.get("decision_reason") or decided["status"]
+                text = f"The call to '{name}' was not approved ({decided['status']}: {reason})."
+                return _refused(text, str(decided["status"]), "not_approved"), approval_id
+            # Where a tool server finds the approval, to check it with `policies.verify_approval_token`.
+            approval = {"id": decided["id"], "token": decided["token"]}
+            meta = cast(types.RequestParamsMeta, {APPROVAL_META_KEY: approval})
+        assert isinstance(decision, Allow | NeedsApproval)
+        return await self._forward(server, tool, arguments, meta, "approved" if meta else "allow"), approval_id
+
+    async def _hold(self, record: dict[str, Any], need: NeedsApproval, progress: ProgressReporter) -> dict[str, Any]:
+        """Wait for the decision, telling the client now and then that the call is still held."""
+        wait = self._approvals.wait(record["tenant"], record["id"], need.timeout_s, self._poll_s)
+        waiting = asyncio.ensure_future(wait)
+        message = f"held for human approval (approval id {record['id']})"
+        try:
+            await progress(0, message)
+            ticks = 0
+            while not waiting.done():
+                await asyncio.wait({waiting}, timeout=self._settings.progress_interval_s)
+                if not waiting.done():
+                    ticks += 1
+                    await progress(ticks, message)
+            return waiting.result()
+        finally:
+            waiting.cancel()  # the client went away: stop polling
+
+    async def _forward(
+        self,
+        server: UpstreamServer,
+        tool: str,
+        arguments: dict[str, Any],
+        meta: types.RequestParamsMeta | None,
+        decision: str,
+    ) -> CallOutcome:
+        try:
+            result = await server.call(tool, arguments, meta)
+        except UpstreamUnavailable as error:
+            return _refused(str(error), decision, "upstream_unavailable")
+        except UpstreamCallFailed as error:
+            return _refused(str(error), decision, "upstream_error")
+        size = len(result.model_dump_json(by_alias=True, exclude_none=True))
+        if size > self._settings.max_result_bytes:
+            limit = self._settings.max_result_bytes
+            text = f"The result of '{tool}' is too large ({size} bytes; the limit is {limit})."
+            return _refused(text, decision, "too_large")
+        return CallOutcome(result, decision, "tool_error" if result.is_error else "ok")
+
+
+def _refused(text: str, decision: str, status: str) -> CallOutcome:
+    result = types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
+    return CallOutcome(result, decision, status)
