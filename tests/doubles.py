@@ -33,7 +33,7 @@ class ScriptedBackend:
         yield Chunk(role="assistant", content="")
         for early in self.prelude:  # copies: the gateway may change the chunks it is given
             calls = [ToolCallDelta(t.index, t.id, t.name, t.arguments) for t in early.tool_calls]
-            yield Chunk(content=early.content, tool_calls=calls, finish_reason=early.finish_reason)
+            yield Chunk(content=early.content, tool_calls=calls, finish_reason=early.finish_reason, tokens=early.tokens)
         for i, token in enumerate(script.tokens):
             if script.error is not None and i == script.fail_after:
                 raise script.error

@@ -59,6 +59,9 @@ class Chunk:
     tool_calls: list[ToolCallDelta] = field(default_factory=list)
     finish_reason: str | None = None
     usage: Usage | None = None
+    # Completion tokens of this answer so far, when the upstream says so on every chunk (vLLM's
+    # continuous usage stats); a chunk may carry several tokens, so counting chunks undercounts.
+    tokens: int | None = None
     delta_extra: dict[str, Any] = field(default_factory=dict)
     choice_extra: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)

@@ -42,7 +42,7 @@ from gateway.errors import (
     UpstreamStatusError,
     UpstreamTimeout,
 )
-from gateway.settings import DeploymentSettings
+from gateway.settings import Continuation, DeploymentSettings
 from gateway.wire import chunk_from_openai
 
 _DONE = b"[DONE]"
@@ -86,12 +86,17 @@ class OpenAICompatBackend:
                 max_keepalive_connections=deployment.max_inflight,
             ),
         )
+        # vLLM-style servers say on every chunk how many tokens the answer has so far: what a
+        # continuation's max_tokens and a failed attempt's usage are counted in.
+        self._running_usage = deployment.continuation is Continuation.VLLM
         # A client handed in (tests, custom transports) is used for everything.
         self._direct = None if client is not None else _direct_route(deployment, headers)
 
     async def stream(self, request: BackendRequest) -> AsyncGenerator[Chunk, None]:
         body = {**request.body, "stream": True}
         body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
+        if self._running_usage:
+            body["stream_options"]["continuous_usage_stats"] = True
         deadline = _Deadline(self._timeouts.first_token_s, self._timeouts.stall_s)
         try:
             upstream = await self._send(orjson.dumps(body), request.headers, deadline)
@@ -160,9 +165,13 @@ class OpenAICompatBackend:
         if "error" in payload:
             raise UpstreamInBandError(f"error event: {_error_message(payload)}", deployment=self.name)
         try:
-            return chunk_from_openai(payload)
+            chunk = chunk_from_openai(payload)
         except (KeyError, TypeError, ValueError) as exc:
             raise UpstreamProtocolError(f"malformed chunk ({exc}): {data[:200]!r}", deployment=self.name) from None
+        if self._running_usage and chunk.usage is not None and payload.get("choices"):
+            # A running count, not usage to add up: only the final chunk (no choices) is that.
+            chunk.tokens, chunk.usage = chunk.usage.completion_tokens, None
+        return chunk
 
     async def _status_error(self, response: _Upstream) -> UpstreamError:
         body = b""

@@ -21,7 +21,6 @@ tool's output, so the agent learns what happened instead of crashing.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
 import secrets
@@ -39,6 +38,7 @@ from gateway.mcp.status import UpstreamStatus
 from gateway.mcp.upstream import UpstreamCallFailed, UpstreamServer, UpstreamUnavailable
 from gateway.principal import Principal
 from gateway.settings import McpSettings
+from gateway.tasks import cancel_and_wait
 from gateway.tool_policy import PolicyHolder
 from policies import Allow, Deny, NeedsApproval
 
@@ -79,11 +79,7 @@ class McpGateway:
         self._tasks = [loop.create_task(s.run(), name=f"mcp-{s.name}") for s in self.servers.values()]
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(self._tasks)
         self._tasks = []
 
     def statuses(self) -> list[UpstreamStatus]:

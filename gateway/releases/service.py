@@ -27,6 +27,7 @@ from gateway.principal import Principal, Scope
 from gateway.releases.canary import CanaryMonitor, Outcome
 from gateway.releases.checkpoints import CheckpointRegistry, RegistryError
 from gateway.releases.load_hooks import bring_up as bring_up_deployment
+from gateway.releases.served import mismatches, served_roots
 from gateway.releases.smoke import run_smoke
 from gateway.routing.health import HealthMonitor
 from gateway.routing.router import Router
@@ -165,8 +166,8 @@ class ReleaseService:
     async def promote(self, actor: Principal, model: str, version: str, reason: str = "") -> dict[str, Any]:
         actor.require(Scope.ADMIN)
         record = await self._release(model, version)
-        await self.preflight(record, run_evals=True)
-        return await self._switch(actor, model, version, "release.promote", reason)
+        serving = await self.preflight(record, run_evals=True)
+        return await self._switch(actor, model, version, "release.promote", reason, serving)
 
     async def rollback(
         self, actor: Principal, model: str, to_version: str | None = None, reason: str = ""
@@ -175,8 +176,8 @@ class ReleaseService:
         target = to_version or await self._previous(model)
         record = await self._release(model, target)
         # The old release passed its evals already; its deployments may need bringing back.
-        await self.preflight(record, run_evals=False, bring_up=True)
-        result = await self._switch(actor, model, target, "release.rollback", reason)
+        serving = await self.preflight(record, run_evals=False, bring_up=True)
+        result = await self._switch(actor, model, target, "release.rollback", reason, serving)
         try:  # verified after the switch too; the switch stands either way, so report, not raise
             await self.preflight(record, run_evals=False)
         except PreflightFailed as problem:
@@ -184,15 +185,31 @@ class ReleaseService:
             return {**result, "post_check": problem.message}
         return {**result, "post_check": "ok"}
 
-    async def preflight(self, record: dict[str, Any], *, run_evals: bool, bring_up: bool = False) -> None:
-        """Raise PreflightFailed naming every problem with this release."""
+    async def preflight(
+        self, record: dict[str, Any], *, run_evals: bool, bring_up: bool = False
+    ) -> dict[str, str | None]:
+        """Raise PreflightFailed naming every problem with this release; else return what each of
+        its deployments reports it serves (None: the server does not say)."""
         problems = await self._checkpoint_problems(record) + await self._health_problems(record, bring_up)
+        serving: dict[str, str | None] = {}
+        if not problems:
+            serving, mismatched = await self._served(record)
+            problems += mismatched
         if run_evals and not problems:
             problems += await self._eval_problems(record)
         if not problems:
             problems += await self._smoke_problems(record)
         if problems:
             raise PreflightFailed(f"{record['model']}@{record['version']}: " + "; ".join(problems))
+        return serving
+
+    async def _served(self, record: dict[str, Any]) -> tuple[dict[str, str | None], list[str]]:
+        """What the release's deployments serve, and the ones that do not serve its checkpoint."""
+        group = self._group(record["model"])
+        chosen = [d.settings for d in group.deployments if d.name in record["deployments"]]
+        serving = await served_roots(chosen)
+        pin = record.get("checkpoint")
+        return serving, (mismatches(pin["path"], serving) if pin else [])
 
     async def _checkpoint_problems(self, record: dict[str, Any]) -> list[str]:
         pin = record.get("checkpoint")
@@ -256,11 +273,20 @@ class ReleaseService:
         problem = await run_smoke(smoke, target.api_base, target.api_key, target.model)
         return [f"replay smoke run: {problem}"] if problem else []
 
-    async def _switch(self, actor: Principal, model: str, version: str, action: str, reason: str) -> dict[str, Any]:
+    async def _switch(
+        self,
+        actor: Principal,
+        model: str,
+        version: str,
+        action: str,
+        reason: str,
+        serving: dict[str, str | None] | None = None,
+    ) -> dict[str, Any]:
         for _ in range(5):  # a lost compare-and-set means another switch landed: look again
             current, generation = await self._store.release_active(model)
             if current == version:
-                return {"model": model, "active": version, "generation": generation, "changed": False}
+                return {"model": model, "active": version, "generation": generation, "changed": False,
+                        "serving": serving}  # fmt: skip
             entry = {
                 "action": action,
                 "from": current,
@@ -272,8 +298,9 @@ class ReleaseService:
             won, new_generation = await self._store.release_activate(model, version, generation, entry)
             if won:
                 await self.refresh(model)
-                await self._record(actor, action, model, current, version, reason)
-                return {"model": model, "active": version, "generation": new_generation, "changed": True}
+                await self._record(actor, action, model, current, version, reason, serving)
+                return {"model": model, "active": version, "generation": new_generation, "changed": True,
+                        "serving": serving}  # fmt: skip
         raise Conflict(f"{model}: the active release keeps changing; try again")
 
     async def _previous(self, model: str) -> str:
@@ -352,7 +379,14 @@ class ReleaseService:
         raise Conflict(f"{model}: the release keeps changing; try again")
 
     async def _record(
-        self, actor: Principal, action: str, model: str, before: str | None, after: str, reason: str
+        self,
+        actor: Principal,
+        action: str,
+        model: str,
+        before: str | None,
+        after: str,
+        reason: str,
+        serving: dict[str, str | None] | None = None,
     ) -> None:
         await self._audit.submit(
             {
@@ -362,7 +396,7 @@ class ReleaseService:
                 "tenant": None,
                 "target": f"{model}@{after}",
                 "before": {"active": before},
-                "after": {"active": after},
+                "after": {"active": after} if serving is None else {"active": after, "serving": serving},
                 "reason": reason,
             }
         )

@@ -45,7 +45,10 @@ class StreamProgress:
         self._allowed = allowed  # the active release's deployments
         text, chunks = resume or ("", 0)
         self._text: list[str] = [text] if text else []
-        self.content_chunks = chunks  # a chunk is a token on vLLM-style servers: the max_tokens unit
+        # Tokens sent, the max_tokens unit: as the upstream counts them when it says (Chunk.tokens),
+        # else one a content chunk.
+        self.content_chunks = chunks
+        self._attempt_base = chunks  # tokens sent before the current attempt started
         self.started = resume is not None  # the client has received output
         self._sent_role = resume is not None
         self._sent_tool_calls = False
@@ -73,6 +76,9 @@ class StreamProgress:
             return False
         return not self._text or deployment.continuation is not Continuation.NONE
 
+    def begin_attempt(self) -> None:
+        self._attempt_base = self.content_chunks
+
     def request_for(self, deployment: DeploymentSettings) -> dict[str, Any]:
         """The body to send `deployment` so that its answer starts where the client is."""
         if not self._text:
@@ -99,6 +105,9 @@ class StreamProgress:
             chunk.tool_calls += self._release(None)
         if chunk.content:
             self._text.append(chunk.content)
+        if chunk.tokens is not None:
+            self.content_chunks = max(self.content_chunks, self._attempt_base + chunk.tokens)
+        elif chunk.content:
             self.content_chunks += 1
         self._sent_reasoning = self._sent_reasoning or bool(chunk.reasoning)
         self._sent_tool_calls = self._sent_tool_calls or bool(chunk.tool_calls)

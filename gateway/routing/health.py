@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Sequence
 
 from gateway.errors import UpstreamError
 from gateway.routing.deployment import Deployment
 from gateway.settings import HealthSettings
+from gateway.tasks import cancel_and_wait
 
 
 class HealthMonitor:
@@ -40,9 +40,5 @@ class HealthMonitor:
         self._tasks = [asyncio.create_task(self._run(d), name=f"health:{d.name}") for d in self._deployments]
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(self._tasks)
         self._tasks = []

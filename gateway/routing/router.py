@@ -176,6 +176,7 @@ class Router:
             first_output_by = deadline if last else loop.time() + (deadline - loop.time()) / 2
             attempt = Attempt(deployment.name)
             log.attempts.append(attempt)
+            progress.begin_attempt()
             body = progress.request_for(deployment.settings)
             try:
                 with trace.attempt(group.name, deployment, attempt, len(log.attempts), body) as traced:
@@ -301,7 +302,9 @@ def _note(attempt: Attempt, chunk: Chunk) -> None:
         attempt.usage = chunk.usage
     if chunk.finish_reason is not None:
         attempt.finish_reason = chunk.finish_reason
-    if chunk.content:
+    if chunk.tokens is not None:
+        attempt.output_chunks = chunk.tokens  # the upstream's own running count (vLLM's continuous usage)
+    elif chunk.content:
         attempt.output_chunks += 1
 
 

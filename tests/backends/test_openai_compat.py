@@ -25,7 +25,7 @@ from gateway.errors import (
     UpstreamStatusError,
     UpstreamTimeout,
 )
-from gateway.settings import DeploymentSettings
+from gateway.settings import Continuation, DeploymentSettings
 
 DEPLOYMENT = DeploymentSettings(name="d", api_base="http://upstream.test/v1", model="m")
 
@@ -76,6 +76,26 @@ async def test_chunks_are_normalized_and_unknown_fields_kept() -> None:
     assert chunks[0].extra == {"system_fingerprint": "fp"}
     assert chunks[1].usage is not None
     assert chunks[1].usage.total_tokens == 3
+
+
+async def test_a_vllm_deployment_is_asked_for_running_usage_which_becomes_a_token_count() -> None:
+    # vLLM merges tokens into one chunk when its reader lags: the running usage on each chunk is
+    # the only exact count of what was sent (a continuation's max_tokens, a failed attempt's usage).
+    seen: list[dict[str, Any]] = []
+    running = {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
+    final = {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(orjson.loads(request.content))
+        return httpx.Response(200, content=sse({**chunk("abc"), "usage": running}, final))
+
+    vllm = DEPLOYMENT.model_copy(update={"continuation": Continuation.VLLM})
+    client = httpx.AsyncClient(base_url=vllm.api_base, transport=httpx.MockTransport(handler))
+    chunks = [c async for c in OpenAICompatBackend(vllm, client).stream(BackendRequest({"model": "m"}))]
+    assert seen[0]["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+    assert (chunks[0].content, chunks[0].tokens, chunks[0].usage) == ("abc", 3, None)  # not usage to add up
+    assert chunks[1].usage is not None
+    assert chunks[1].usage.total_tokens == 8
 
 
 async def test_stream_without_done_is_a_protocol_error() -> None:

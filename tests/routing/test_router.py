@@ -100,6 +100,21 @@ async def test_failure_mid_stream_continues_on_the_next_deployment() -> None:
     assert log.failovers == 1
 
 
+async def test_continuation_budget_and_usage_count_the_tokens_the_upstream_reported() -> None:
+    # vLLM merges tokens into one chunk when its reader lags; asked for continuous usage stats,
+    # every chunk says how many tokens the answer has so far. Counting chunks would give the
+    # continuation too large a max_tokens (a longer answer than an uninterrupted run) and
+    # under-charge the tokens of the failed attempt.
+    a = ScriptedBackend("a", Script(tokens=[], error=UpstreamProtocolError("cut"), fail_after=0))
+    a.prelude = [Chunk(content="one", tokens=1), Chunk(content=" two three", tokens=3)]
+    b = ScriptedBackend("b", Script(tokens=[" four"]))
+    body = {**BODY, "max_tokens": 5}
+    chunks = [c async for c in make_router(a, b, continuation=Continuation.VLLM).stream("m", body, RouteLog())]
+    assert text(chunks) == "one two three four"
+    assert b.requests[0].body["max_tokens"] == 2
+    assert next(c.usage.completion_tokens for c in chunks if c.usage) == 3  # the failed attempt's share
+
+
 async def test_failovers_stop_at_max_failovers() -> None:
     cut = Script(tokens=["x", "y"], error=UpstreamProtocolError("cut"), fail_after=1)
     a, b = ScriptedBackend("a", cut), ScriptedBackend("b", cut)

@@ -1,0 +1,63 @@
+"""What a deployment really serves, as the model server says: the link between a release's pinned
+checkpoint and the weights behind its deployments.
+
+vLLM lists each served model on `GET /v1/models` with `root`: the `--model` directory for the base
+model, the adapter path for a LoRA adapter (`lora_name` -> `lora_path`). A release that pins a
+checkpoint is refused when one of its deployments reports a different `root`. Servers that do not
+report one (the sim, hosted APIs) cannot be checked: they are recorded as unknown, not refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from pathlib import PurePosixPath
+
+import httpx
+
+from gateway.settings import DeploymentSettings, LoadHookKind
+
+_TIMEOUT_S = 5.0
+
+
+def served_name(deployment: DeploymentSettings) -> str:
+    """The model id the deployment is addressed with (a LoRA hook's adapter when it has one)."""
+    hook = deployment.load_hook
+    if hook is not None and hook.kind is LoadHookKind.LORA:
+        return hook.lora_name or deployment.model
+    return deployment.model
+
+
+async def served_root(deployment: DeploymentSettings) -> str | None:
+    """The `root` the server reports for the deployment's model; None when it says nothing."""
+    headers = {"Authorization": f"Bearer {deployment.api_key}"} if deployment.api_key else {}
+    try:
+        async with httpx.AsyncClient(timeout=_TIMEOUT_S) as client:
+            reply = await client.get(f"{deployment.api_base}/models", headers=headers)
+        models = reply.json().get("data") if reply.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None  # unreachable or not JSON: the health check reports the deployment itself
+    name = served_name(deployment)
+    for entry in models if isinstance(models, list) else ():
+        if isinstance(entry, dict) and entry.get("id") == name and isinstance(entry.get("root"), str):
+            return str(entry["root"])
+    return None
+
+
+async def served_roots(deployments: Sequence[DeploymentSettings]) -> dict[str, str | None]:
+    roots = await asyncio.gather(*(served_root(d) for d in deployments))
+    return {d.name: root for d, root in zip(deployments, roots, strict=True)}
+
+
+def same_checkpoint(served: str, pinned: str) -> bool:
+    """Same directory, compared by its last two parts (`<run>/step-<n>`): the server may mount the
+    registry elsewhere than the gateway sees it."""
+    return PurePosixPath(served.rstrip("/")).parts[-2:] == PurePosixPath(pinned.rstrip("/")).parts[-2:]
+
+
+def mismatches(pinned: str, served: dict[str, str | None]) -> list[str]:
+    return [
+        f"deployment {name} serves {root}, not the pinned checkpoint {pinned}"
+        for name, root in sorted(served.items())
+        if root is not None and not same_checkpoint(root, pinned)
+    ]

@@ -1,0 +1,117 @@
+"""Mid-stream failover on real vLLM: the engine serving a greedy stream is SIGKILLed (API server and
+engine core together) at several points of the answer; another engine continues it with
+`continue_final_message`, and the client's text equals vLLM's own uninterrupted answer, character
+for character. Usage summed across the hand-over is what the audit (and so the quota) charged."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis
+
+from gateway.store.keys import scope_keys
+from tests.procs import delete_redis_prefix, redis_store_config, running_gateway
+from tests.vllm.client import (
+    chat_body,
+    direct_answer,
+    metric_total,
+    stream_through,
+    vllm_deployment,
+    vllm_gateway_config,
+)
+from tests.vllm.conftest import Pool
+from tests.vllm.tap import Tap
+
+# Engine starts and the model build happen in the first test's fixtures: minutes, not seconds.
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1200)]
+
+MAX_TOKENS = 380  # shorter than the answer (421 characters): it ends on the length limit
+
+
+@pytest.fixture(scope="module")
+def reference(pool: Pool) -> dict[str, Any]:
+    (server,) = pool.ready("a")
+    return direct_answer(server, chat_body(max_tokens=MAX_TOKENS))
+
+
+def request_audit(gateway: Any) -> dict[str, Any]:
+    reply = httpx.get(
+        f"{gateway.url}/admin/audit", params={"kind": "request"}, headers=gateway.headers(gateway.admin_key), timeout=10
+    )
+    records = [r for r in reply.json()["data"] if r.get("kind") == "request"]
+    return dict(records[-1])
+
+
+def settled_tokens(prefix: str, key_id: str, expected: int | None, timeout_s: float = 20) -> int:
+    """The tokens the quota counted today for the key, once settled to `expected` (the settlement
+    replaces the reservation in a task of its own, after the response ended): bounded wait."""
+    client = redis.Redis(host="127.0.0.1", port=6379, socket_timeout=5)
+    daily = scope_keys(prefix, "acme", f"key:{key_id}").daily
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            counted = sum(int(v) for v in client.hvals(daily))
+            if counted == expected or time.monotonic() > deadline:
+                return counted
+            time.sleep(0.05)
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("position", [1, 120, 300])
+def test_sigkill_mid_stream_continues_exactly(
+    pool: Pool, reference: dict[str, Any], tmp_path: Path, figures: dict[str, Any], position: int
+) -> None:
+    expected = reference["choices"][0]["message"]["content"]
+    prompt_tokens = reference["usage"]["prompt_tokens"]
+    assert len(expected) == MAX_TOKENS  # one character a token: the limit cut the answer
+    # Whichever engine is up serves first; one restarted by an earlier case is the fallback.
+    names = ["a", "b"] if pool.servers["a"].ready_s is not None else ["b", "a"]
+    primary, fallback = pool.ready(*names)
+    tap = Tap(primary.port)
+    trigger = tap.arm(position, primary.kill)
+    deployments = [
+        vllm_deployment(names[0], primary, via=tap.url, priority=0),
+        vllm_deployment(names[1], fallback, priority=1),
+    ]
+    fallback_prompt = metric_total(fallback, "vllm:prompt_tokens_total")
+    fallback_generated = metric_total(fallback, "vllm:generation_tokens_total")
+    prefix = f"agw-vllm-{uuid.uuid4().hex[:8]}"
+    config = vllm_gateway_config(*deployments, store=redis_store_config(prefix))
+    try:
+        with running_gateway(tmp_path, config) as gateway:
+            key_id, key = gateway.create_key(daily_tokens=10_000_000)  # a limit: the quota counts its tokens
+            result = stream_through(gateway, chat_body(max_tokens=MAX_TOKENS), key=key)
+            audit = request_audit(gateway)
+            charged = settled_tokens(prefix, key_id, result.usage.get("total_tokens"))
+    finally:
+        tap.close()
+        pool.restart(names[0])  # in the background: the next case that needs it waits
+        delete_redis_prefix(prefix)
+
+    assert trigger.fired
+    assert not result.errors, result.errors
+    assert result.events[-1] == "[DONE]"
+    assert len(result.ids) == 1
+    assert audit["deployments"] == names, audit  # it really was handed over
+    # The continuation's prompt is the original one plus what the client already had.
+    handed_over_at = result.usage["prompt_tokens"] - prompt_tokens
+    figures.setdefault("failover_positions", []).append(
+        {"killed_after_events": position, "handed_over_at_token": handed_over_at}
+    )
+    assert result.text == expected
+    assert result.finish_reasons == ["length"]
+    # Usage: the dead engine's tokens (as streamed) + the continuation's own usage, nothing lost.
+    usage = result.usage
+    assert usage["completion_tokens"] == MAX_TOKENS
+    assert usage["total_tokens"] == prompt_tokens + handed_over_at + MAX_TOKENS
+    assert (audit["prompt_tokens"], audit["completion_tokens"]) == (usage["prompt_tokens"], usage["completion_tokens"])
+    assert charged == usage["total_tokens"], "the quota charged what the client was told"
+    # The survivor's own counters agree with what the gateway charged for its part.
+    assert metric_total(fallback, "vllm:prompt_tokens_total") - fallback_prompt == prompt_tokens + handed_over_at
+    assert metric_total(fallback, "vllm:generation_tokens_total") - fallback_generated == MAX_TOKENS - handed_over_at
