@@ -208,6 +208,9 @@ class RedisStoreSettings(Frozen):
     key_prefix: str = "agw"
     socket_timeout_s: Seconds = 0.25
     connect_timeout_s: Seconds = 0.25
+    # Only a burst waits here (a down or frozen Redis fails through the timeouts above): long
+    # enough that a burst on a loaded machine queues instead of turning into 503s.
+    pool_wait_s: Seconds = Field(default=5.0, description="how long a call waits for a pooled connection")
     cluster: bool = Field(default=False, description="url names one node of a Redis Cluster (the rest are discovered)")
 
 
