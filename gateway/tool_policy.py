@@ -217,7 +217,7 @@ class ToolPolicy:
         """Decide one complete call; put it back on `chunk` if released. Returns 1 if released."""
         name, arguments = call.name or "", call.arguments
         decision = engine.decide(policy, name, arguments)
-        if isinstance(decision, Allow) or self._runs_at_gateway(name):
+        if isinstance(decision, Allow) or (isinstance(decision, NeedsApproval) and self._runs_at_gateway(name)):
             chunk.tool_calls.append(call)
             reason = "" if isinstance(decision, Allow) else "approval is asked for when the gateway runs it (MCP)"
             await self._record(ctx, name, arguments, "allow", reason=reason)
