@@ -73,12 +73,13 @@ def serve_gateway(
     name: str = "gateway",
     stem: str = "gateway",
     source_dir: Path = REPO_DIR,
+    extra_args: tuple[str, ...] = (),
 ) -> Service:
     """Run `python -m gateway serve` from `source_dir` (the repository, or another checkout to compare)
     with the configuration `config_text`, written with its log to `workdir/<stem>.yaml` and `.log`."""
     config = workdir / f"{stem}.yaml"
     config.write_text(config_text)
-    argv = [sys.executable, "-m", "gateway", "serve", "--config", str(config), "--port", "0"]
+    argv = [sys.executable, "-m", "gateway", "serve", "--config", str(config), "--port", "0", *extra_args]
     # The bootstrap admin key comes through the environment, which a gateway without auth ignores.
     env = {"GATEWAY_ADMIN_KEY": admin_key}
     return start_announcing(name, argv, workdir / f"{stem}.log", source_dir, env, timeout_s=30)

@@ -168,7 +168,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
         audit_requests,  # refusals are recorded too
         Authenticate(authenticator),
         RetryDiscipline(settings.quota.refuse_early_retries),  # a 429 anywhere below tells the key to wait
-        AssignSession(),
+        AssignSession(settings.sessions),
         ParseRequest(settings.server.max_json_depth, settings.server.parse_in_thread_bytes),
         AppendHistory(store),
         ResolveModel(tenancy),

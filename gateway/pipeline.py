@@ -59,6 +59,7 @@ class RequestContext:
     session_id: str | None = None
     session_owner: str | None = None  # the key id owning the session (None: this request's key)
     session_shared: bool = False  # the session is open to every key of its tenant
+    keep_transcript: bool = False  # opted in (X-Session-Id, or config): the prompts and answers are stored
     estimated_prompt_tokens: int = 0
     quota_note: str | None = None  # set when quotas were not enforced (store down, fail-open)
     # The quota reservation this request holds (quota.Admit's JSON form): saved with a session,

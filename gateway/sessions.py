@@ -198,7 +198,8 @@ class SessionManager:
             # `on_client_disconnect: cancel`, or the session was deleted: readers must still see an end.
             self._finish(live, dumps(renderer.render_error("generation cancelled", "api_error", "cancelled")))
             raise
-        live.state["transcript"] = [*ctx.body.get("messages", []), answer.message(ctx.resume)]
+        if "transcript" in live.state:  # opted in (see `_state_of`)
+            live.state["transcript"] = [*ctx.body.get("messages", []), answer.message(ctx.resume)]
         self._finish(live, None)
 
     def _finish(self, live: LiveSession, error_event: bytes | None) -> None:
@@ -217,8 +218,8 @@ class SessionManager:
             self._wakeup.set()
 
     def remember(self, ctx: RequestContext, message: dict[str, Any]) -> None:
-        """Keep a non-streamed answer's transcript (off the response path)."""
-        if ctx.principal is None or ctx.session_id is None:
+        """Keep a non-streamed answer's transcript (off the response path), if the request opted in."""
+        if ctx.principal is None or ctx.session_id is None or not ctx.keep_transcript:
             return
         state = {**_state_of(ctx, self._replica_id), "status": "done"}
         state["transcript"] = [*ctx.body.get("messages", []), message]
@@ -254,7 +255,7 @@ class SessionManager:
         if live is not None and may_open(principal, live.state):
             return self.frames(live, after_seq)
         state = await self._store.session_load(principal.tenant, session_id)
-        if state is None or "body" not in state or not may_open(principal, state):
+        if state is None or not may_open(principal, state):
             raise NotFound(f"session '{session_id}' not found")
         if state.get("status") != "streaming" and not await self._store.session_events(
             principal.tenant, session_id, 0, 1
@@ -420,6 +421,10 @@ class SessionManager:
     def _checkpoint_of(self, live: LiveSession, now: float) -> SessionCheckpoint | None:
         if live.log.closed and live.state.get("status") != "done":
             live.state["status"], live.state_saved = "done", False
+            if "transcript" not in live.state:
+                # Not opted in: the request (prompts) was kept only for a takeover, now impossible;
+                # what stays is what a resume replays, the events.
+                live.state.pop("body", None)
         pending = live.log.events[live.flushed :]
         lease = self._settings.lease_ttl_s
         renew = not live.log.closed and now - live.renewed_at >= lease / 3
@@ -440,7 +445,8 @@ class SessionManager:
 
 
 def _state_of(ctx: RequestContext, owner: str) -> dict[str, Any]:
-    return {
+    """What a stream's resume and takeover need; the transcript only if the request opted in."""
+    state = {
         "request_id": ctx.request_id,
         "quota": ctx.quota_hold,
         "model": ctx.model,
@@ -454,19 +460,30 @@ def _state_of(ctx: RequestContext, owner: str) -> dict[str, Any]:
         "owner": owner,
         "release": ctx.release,
         "deployments": sorted(ctx.deployments) if ctx.deployments is not None else None,
-        "transcript": ctx.body.get("messages", []),
     }
+    if ctx.keep_transcript:
+        state["transcript"] = ctx.body.get("messages", [])
+    return state
 
 
 class AssignSession:
-    """The pipeline stage that names the session (from X-Session-Id, or a new id)."""
+    """The pipeline stage that names the session (from X-Session-Id, or a new id) and decides
+    whether its transcript is kept: only when the client names a session (X-Session-Id,
+    X-Session-Append) or the settings list the request's tenant or key."""
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
-        self._clock = clock
+    def __init__(self, settings: SessionSettings) -> None:
+        self._tenants = frozenset(settings.transcript_tenants)
+        self._keys = frozenset(settings.transcript_keys)
 
     async def __call__(self, ctx: RequestContext, call_next: Handler) -> AsyncGenerator[Chunk, None]:
         ctx.session_id = session_id_from(ctx.headers)
         ctx.session_shared = bool(_share_from(ctx.headers))
+        principal = ctx.principal
+        ctx.keep_transcript = (
+            SESSION_HEADER in ctx.headers
+            or ctx.headers.get(APPEND_HEADER, "").lower() == "true"
+            or (principal is not None and (principal.tenant in self._tenants or principal.key_id in self._keys))
+        )
         ctx.response_headers["X-Session-Id"] = ctx.session_id
         async with contextlib.aclosing(call_next(ctx)) as chunks:
             async for chunk in chunks:

@@ -208,6 +208,9 @@ class RedisStoreSettings(Frozen):
     key_prefix: str = "agw"
     socket_timeout_s: Seconds = 0.25
     connect_timeout_s: Seconds = 0.25
+    # Only a burst waits here (a down or frozen Redis fails through the timeouts above): long
+    # enough that a burst on a loaded machine queues instead of turning into 503s.
+    pool_wait_s: Seconds = Field(default=5.0, description="how long a call waits for a pooled connection")
     cluster: bool = Field(default=False, description="url names one node of a Redis Cluster (the rest are discovered)")
 
 
@@ -275,6 +278,11 @@ class SessionSettings(Frozen):
     resume_ttl_s: Seconds = Field(default=600.0, description="how long a session stays resumable")
     lease_ttl_s: Seconds = Field(default=5.0, description="a dead replica's streams are taken over after this")
     on_client_disconnect: DisconnectPolicy = DisconnectPolicy.CONTINUE
+    # Transcripts (prompts and answers) are kept only for requests that name a session
+    # (X-Session-Id or X-Session-Append), or for the tenants and key ids listed here; any other
+    # request keeps nothing once its stream is over but the streamed events (for resume).
+    transcript_tenants: list[str] = Field(default_factory=list, description="tenants whose transcripts are kept")
+    transcript_keys: list[str] = Field(default_factory=list, description="key ids whose transcripts are kept")
 
 
 class ToolPolicySettings(Frozen):

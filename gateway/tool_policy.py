@@ -268,7 +268,7 @@ class ToolPolicy:
         withheld, or the approval a person must decide first (wait mode)."""
         name, arguments = call.name or "", call.arguments
         decision = engine.decide(policy, name, arguments)
-        if isinstance(decision, Allow) or self._runs_at_gateway(name):
+        if isinstance(decision, Allow) or (isinstance(decision, NeedsApproval) and self._runs_at_gateway(name)):
             chunk.tool_calls.append(call)
             reason = "" if isinstance(decision, Allow) else "approval is asked for when the gateway runs it (MCP)"
             await self._record(ctx, name, arguments, "allow", reason=reason)

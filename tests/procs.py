@@ -86,15 +86,20 @@ class Gateway:
 
 @contextlib.contextmanager
 def running_gateway(
-    tmp_path: Path, config: dict[str, Any], env: dict[str, str] | None = None, admin_key: str | None = None
+    tmp_path: Path,
+    config: dict[str, Any],
+    env: dict[str, str] | None = None,
+    admin_key: str | None = None,
+    args: tuple[str, ...] = (),
 ) -> Iterator[Gateway]:
-    """A gateway process; replicas of one deployment share `admin_key` (and the config's store)."""
+    """A gateway process (`args`: more `gateway serve` options); replicas of one deployment share
+    `admin_key` (and the config's store)."""
     config = {"store": {"kind": "embedded", "path": str(tmp_path / "data")}, **config}
     path = tmp_path / f"gateway-{uuid.uuid4().hex[:8]}.yaml"
     path.write_text(yaml.safe_dump(config))
     admin_key = admin_key or new_secret()
     process = start_announcing(
-        ["gateway", "serve", "--config", str(path), "--port", "0"],
+        ["gateway", "serve", "--config", str(path), "--port", "0", *args],
         env={"GATEWAY_ADMIN_KEY": admin_key, **(env or {})},
     )
     try:

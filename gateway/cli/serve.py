@@ -31,7 +31,14 @@ def load_or_exit(path: Path) -> Settings:
 @click.option("--host", default=None, help="overrides server.host")
 @click.option("--port", type=int, default=None, help="overrides server.port; 0 picks a free port")
 @click.option("--log-level", type=LOG_LEVELS, default="info", show_default=True, help="JSON logs on stderr")
-def serve_command(config_path: Path, host: str | None, port: int | None, log_level: str) -> None:
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="processes sharing the port, restarted when they die (more than 1 needs the redis store)",
+)
+def serve_command(config_path: Path, host: str | None, port: int | None, log_level: str, workers: int) -> None:
     """Serve the gateway described by a config file."""
     from gateway.app import create_app  # the service's imports are paid only by commands that serve
     from gateway.cli.serving import base_url, bind, serve
@@ -39,6 +46,11 @@ def serve_command(config_path: Path, host: str | None, port: int | None, log_lev
 
     settings = load_or_exit(config_path)
     _check_bootstrap_key(settings)
+    if workers > 1 and settings.store.kind == "embedded":
+        from gateway.cli.workers import embedded_refusal
+
+        click.echo(embedded_refusal(workers), err=True)
+        sys.exit(2)
     configure_logging(log_level)
     sock = bind(host or settings.server.host, settings.server.port if port is None else port)
     url = base_url(sock)
@@ -46,7 +58,16 @@ def serve_command(config_path: Path, host: str | None, port: int | None, log_lev
     def announce() -> None:
         click.echo(f"gateway listening on {url}/v1", nl=True)
 
-    serve(create_app(settings), sock, announce, settings.server)
+    if workers == 1:
+        serve(create_app(settings), sock, announce, settings.server)
+        return
+    from gateway.cli.workers import Supervisor
+
+    # Each worker builds its app after the fork: event loops, threads and connections are per process.
+    supervisor = Supervisor(
+        sock, workers, lambda worker_sock, ready: serve(create_app(settings), worker_sock, ready, settings.server)
+    )
+    sys.exit(supervisor.run(announce))
 
 
 def _check_bootstrap_key(settings: Settings) -> None:

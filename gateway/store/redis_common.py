@@ -18,9 +18,6 @@ from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 
 from gateway.errors import StoreNotReached, StoreUnavailable
 
-# Requests beyond the pool's size wait this long for a connection before failing.
-POOL_WAIT_S = 1.0
-
 
 class ClusterClient(RedisCluster):
     """A Redis Cluster client whose scripts are loaded on every master before they run.
@@ -37,12 +34,13 @@ class ClusterClient(RedisCluster):
         self.gateway_loaded = 0  # how many of gateway_sources every master has
         self.gateway_lock = asyncio.Lock()
         # The cluster client fails a call at once when a node's connections are all busy; like
-        # the single-node blocking pool, queue bursts instead (for at most POOL_WAIT_S).
+        # the single-node blocking pool, queue bursts instead (for at most `gateway_pool_wait_s`).
         self.gateway_slots = asyncio.Semaphore(int(kwargs.get("max_connections", 32)))
+        self.gateway_pool_wait_s = 5.0
 
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
         try:
-            await asyncio.wait_for(self.gateway_slots.acquire(), POOL_WAIT_S)
+            await asyncio.wait_for(self.gateway_slots.acquire(), self.gateway_pool_wait_s)
         except TimeoutError:
             raise RedisConnectionError("No connection available.") from None
         try:

@@ -34,7 +34,7 @@ from gateway.store.base import (
     SessionCheckpoint,
 )
 from gateway.store.redis_approvals import RedisApprovals
-from gateway.store.redis_common import POOL_WAIT_S, Client, ClusterClient, script, unavailable
+from gateway.store.redis_common import Client, ClusterClient, script, unavailable
 from gateway.store.redis_releases import RedisReleases
 from gateway.store.redis_sessions import RedisSessions
 
@@ -85,7 +85,7 @@ def _single(settings: RedisStoreSettings, max_connections: int) -> Redis:
     pool = BlockingConnectionPool.from_url(
         settings.url,
         max_connections=max_connections,
-        timeout=POOL_WAIT_S,
+        timeout=settings.pool_wait_s,
         socket_timeout=settings.socket_timeout_s,
         socket_connect_timeout=settings.connect_timeout_s,
         retry=Retry(NoBackoff(), 0),
@@ -105,6 +105,7 @@ def _cluster(settings: RedisStoreSettings, max_connections: int) -> ClusterClien
         retry=Retry(NoBackoff(), 0),
     )
     assert isinstance(client, ClusterClient)  # from_url builds cls(...): typed as the base class
+    client.gateway_pool_wait_s = settings.pool_wait_s
     return client
 
 

@@ -95,7 +95,7 @@ def gateway(
     """The same session behaviour on both stores."""
     prefix = f"agw-test-{uuid.uuid4().hex[:12]}"
     store = {"store": redis_store_config(prefix)} if request.param == "redis" else {}
-    config = gateway_config(deployment("a", slow_sim), **store)
+    config = gateway_config(deployment("a", slow_sim), sessions={"transcript_tenants": ["initech"]}, **store)
     try:
         with running_gateway(tmp_path_factory.mktemp("sessions"), config) as running:
             yield running
@@ -156,6 +156,48 @@ def transcript_of(gateway: Gateway, session_id: str, headers: dict[str, str]) ->
         if reply.status_code == 200 and len(reply.json()["messages"]) == 4:
             return dict(reply.json())
     pytest.fail(f"transcript never complete: {reply.text}")
+
+
+def done(gateway: Gateway, session_id: str, headers: dict[str, str]) -> dict[str, Any]:
+    """The session once its last write (off the response path) has landed: bounded wait."""
+    deadline = time.monotonic() + 10
+    while True:
+        reply = httpx.get(f"{gateway.url}/v1/sessions/{session_id}", headers=headers, timeout=10)
+        if reply.status_code == 200 and reply.json()["status"] == "done":
+            return dict(reply.json())
+        assert time.monotonic() < deadline, reply.text
+        time.sleep(0.02)
+
+
+def test_a_request_naming_no_session_keeps_no_transcript(gateway: Gateway) -> None:
+    url, headers = f"{gateway.url}/v1/chat/completions", gateway.headers()
+    plain = httpx.post(url, json={**BODY, "stream": False}, headers=headers, timeout=20)
+    assert plain.status_code == 200
+    # Saves are started in order, so once a later opted-in answer is stored, this one would be.
+    named = f"s-{uuid.uuid4().hex[:8]}"
+    opted = httpx.post(url, json={**BODY, "stream": False}, headers={**headers, "X-Session-Id": named}, timeout=20)
+    assert opted.status_code == 200
+    assert [m["role"] for m in done(gateway, named, headers)["messages"]] == ["user", "assistant"]
+    plain_id = plain.headers["X-Session-Id"]
+    assert httpx.get(f"{gateway.url}/v1/sessions/{plain_id}", headers=headers, timeout=10).status_code == 404
+
+
+def test_a_stream_naming_no_session_stays_resumable_without_its_transcript(gateway: Gateway) -> None:
+    whole = httpx.post(f"{gateway.url}/v1/chat/completions", json=BODY, headers=gateway.headers(), timeout=20)
+    session_id = whole.headers["X-Session-Id"]
+    events = parse(whole.text.splitlines())
+    assert done(gateway, session_id, gateway.headers())["messages"] == []
+    assert resume(gateway, session_id, 3) == events[3:]
+
+
+def test_config_keeps_the_transcripts_of_a_listed_tenant(gateway: Gateway) -> None:
+    _, key = gateway.create_key(tenant="initech")
+    body = {**BODY, "stream": False}
+    reply = httpx.post(f"{gateway.url}/v1/chat/completions", json=body, headers=gateway.headers(key), timeout=20)
+    assert reply.status_code == 200
+    kept = done(gateway, reply.headers["X-Session-Id"], gateway.headers(key))
+    assert [m["role"] for m in kept["messages"]] == ["user", "assistant"]
+    assert kept["messages"][0]["content"] == BODY["messages"][0]["content"]  # type: ignore[index]
 
 
 def test_bad_session_id_is_400(gateway: Gateway) -> None:

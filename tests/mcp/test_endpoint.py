@@ -216,3 +216,19 @@ def test_metrics_count_calls_per_server_and_outcome(gateway: Gateway) -> None:
     text = httpx.get(f"{gateway.url}/metrics", timeout=10).text
     assert 'gateway_mcp_server_up{server="files"} 1.0' in text
     assert 'gateway_mcp_calls_total{server="files",status="denied"}' in text
+
+
+def test_a_chat_call_to_a_gateway_run_tool_that_breaks_its_rules_is_still_denied(gateway: Gateway) -> None:
+    """Only the approval moves to execution for tools the gateway runs: a call the policy denies
+    (here the path rule) is blocked in chat like any other."""
+    parameters = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
+    body = {
+        "model": "sim-model",
+        "messages": [{"role": "user", "content": "clean up"}],
+        "tools": [{"type": "function", "function": {"name": "files__delete_file", "parameters": parameters}}],
+        "tool_choice": {"type": "function", "function": {"name": "files__delete_file"}},
+    }
+    reply = httpx.post(f"{gateway.url}/v1/chat/completions", json=body, headers=gateway.headers(), timeout=30)
+    message = reply.json()["choices"][0]["message"]
+    assert not message.get("tool_calls")
+    assert "The gateway blocked a call to 'files__delete_file'" in message["content"]

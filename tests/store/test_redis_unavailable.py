@@ -204,3 +204,21 @@ async def test_checkpoints_failing_while_redis_is_frozen_leak_no_connection(tmp_
             await asyncio.wait_for(store.session_checkpoint(_checkpoint()), timeout=10)
             await asyncio.wait_for(store.ping(), timeout=10)
     await store.aclose()
+
+
+async def test_a_burst_beyond_the_pool_is_queued_not_refused() -> None:
+    """Redis is healthy but every pooled connection is busy for longer than a second (a burst of
+    requests on a loaded machine): calls wait for a connection (`store.pool_wait_s`) instead of
+    failing with 503. A 1 s wait turned 201 of 500 burst requests into 503s in the quota test."""
+    store = RedisStore(
+        RedisStoreSettings(url="redis://127.0.0.1:6379/0", key_prefix="agw-test-burst"), max_connections=1
+    )
+    await store.ping()  # the pool's one connection exists
+    pool = store._redis.connection_pool  # the test holds it, as a long burst would
+    busy = await pool.get_connection()
+    waiting = asyncio.ensure_future(store.ping())
+    await asyncio.sleep(1.5)  # longer than the old 1 s wait; the call must still be waiting
+    assert not waiting.done()
+    await pool.release(busy)
+    await asyncio.wait_for(waiting, timeout=10)
+    await store.aclose()
