@@ -232,3 +232,28 @@ def test_a_chat_call_to_a_gateway_run_tool_that_breaks_its_rules_is_still_denied
     message = reply.json()["choices"][0]["message"]
     assert not message.get("tool_calls")
     assert "The gateway blocked a call to 'files__delete_file'" in message["content"]
+
+
+async def test_a_held_call_the_agent_abandons_is_still_audited(gateway: Gateway) -> None:
+    _, approver = gateway.create_key(scopes=["approver"])
+    async with mcp_session(gateway) as session:
+        call = asyncio.ensure_future(session.call_tool("files__delete_file", {"path": "/tmp/abandoned.log"}))
+        approval_id = await asyncio.to_thread(pending_approval, gateway, approver, "/tmp/abandoned.log")
+        call.cancel()  # the agent gives up while a person has not decided yet
+    for _ in range(200):  # the gateway notices the client went away (bounded)
+        records = [r for r in audit_of(gateway) if r.get("approval_id") == approval_id]
+        if records:
+            break
+        await asyncio.sleep(0.05)
+    assert [(r["tool"], r["status"]) for r in records] == [("files__delete_file", "cancelled")]
+
+
+def pending_approval(gateway: Gateway, approver: str, path: str) -> str:
+    client = httpx.Client(base_url=f"{gateway.url}/admin", headers=gateway.headers(approver), timeout=10)
+    for _ in range(600):  # 30 s at most
+        listed = client.get("/approvals", params={"status": "pending"}).json()["data"]
+        found = [a["id"] for a in listed if path in a["arguments"]]
+        if found:
+            return str(found[0])
+        threading.Event().wait(0.05)
+    raise AssertionError("the call was never held")
