@@ -35,9 +35,11 @@ import orjson
 
 from gateway.approvals import APPROVED, ApprovalService
 from gateway.audit import AuditWriter
+from gateway.errors import RateLimited, StoreUnavailable
 from gateway.mcp.status import UpstreamStatus
 from gateway.mcp.upstream import UpstreamCallFailed, UpstreamServer, UpstreamUnavailable
 from gateway.principal import Principal
+from gateway.quota import Admit
 from gateway.settings import McpSettings
 from gateway.tasks import cancel_and_wait
 from gateway.tool_policy import PolicyHolder
@@ -74,9 +76,11 @@ class McpGateway:
         policies: PolicyHolder,
         approvals: ApprovalService,
         audit: AuditWriter,
+        quota: Admit,
         poll_s: float,
     ) -> None:
         self._settings = settings
+        self._quota = quota
         self._policies = policies
         self._approvals = approvals
         self._audit = audit
@@ -124,7 +128,7 @@ class McpGateway:
         trail = _Trail(call_id=f"mcp_{secrets.token_hex(8)}")
         await self._audit.reserve()
         try:
-            outcome = await self._judge_and_run(principal, trail, name, arguments, arguments_json, progress)
+            outcome = await self._metered(principal, trail, name, arguments, arguments_json, progress)
             trail.decision, trail.status = outcome.decision, outcome.status
             return outcome.result
         except BaseException:
@@ -149,6 +153,24 @@ class McpGateway:
                     "duration_ms": round((time.monotonic() - started) * 1000, 3),
                 }
             )
+
+    async def _metered(
+        self,
+        principal: Principal,
+        trail: _Trail,
+        name: str,
+        arguments: dict[str, Any],
+        arguments_json: str,
+        progress: ProgressReporter,
+    ) -> CallOutcome:
+        """Counted before it is judged, so that probing for tools costs like any request."""
+        try:
+            async with self._quota.metered(principal):
+                return await self._judge_and_run(principal, trail, name, arguments, arguments_json, progress)
+        except RateLimited as limited:
+            return _refused(f"{limited.message} (retry after {limited.retry_after_s:g}s)", "none", "rate_limited")
+        except StoreUnavailable:
+            return _refused("The quota store is unavailable; try again later.", "none", "store_unavailable")
 
     async def _judge_and_run(
         self,
