@@ -108,6 +108,7 @@ def build_mcp(
     policies: PolicyHolder,
     approvals: ApprovalService,
     audit: AuditWriter,
+    quota: Admit,
     authenticator: Authenticator,
 ) -> McpEndpoint | None:
     """The MCP endpoint, when upstream MCP servers are configured (the SDK is imported only then)."""
@@ -116,7 +117,7 @@ def build_mcp(
     from gateway.mcp.endpoint import McpEndpoint
     from gateway.mcp.service import McpGateway
 
-    gateway = McpGateway(settings.mcp, policies, approvals, audit, settings.tools.wait_poll_s)
+    gateway = McpGateway(settings.mcp, policies, approvals, audit, quota, settings.tools.wait_poll_s)
     return McpEndpoint(gateway, authenticator, settings.server.max_body_bytes)
 
 
@@ -152,7 +153,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
     release_watcher = ReleaseWatcher(store, releases, settings.releases.watch_interval_s)
     checkpoint_watch = CheckpointWatch(active_releases, settings.releases.verify_interval_s)
 
-    mcp = build_mcp(settings, policies, approvals, audit, authenticator)
+    mcp = build_mcp(settings, policies, approvals, audit, quota, authenticator)
     if mcp is not None:
         telemetry.watch_tool_servers(mcp.gateway.statuses, lambda: mcp.gateway.calls)
     tool_policy = ToolPolicy(

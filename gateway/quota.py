@@ -14,7 +14,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +23,7 @@ import orjson
 from gateway.backends.base import Chunk
 from gateway.errors import InsufficientQuota, RateLimited, StoreNotReached, StoreUnavailable
 from gateway.pipeline import Handler, RequestContext
+from gateway.principal import Principal
 from gateway.settings import FailMode, QuotaSettings
 from gateway.store.base import AdmitRequest, AdmitResult, Limits, QuotaScope, Reservation, ScopeUsage, Store
 
@@ -86,8 +87,11 @@ class Admit:
 
     def scopes_for(self, ctx: RequestContext) -> tuple[QuotaScope, ...]:
         assert ctx.principal is not None
-        scopes = [QuotaScope(f"key:{ctx.principal.key_id}", ctx.principal.limits)]
-        tenant_limits = self._tenant_limits.get(ctx.principal.tenant)
+        return self._scopes_of(ctx.principal)
+
+    def _scopes_of(self, principal: Principal) -> tuple[QuotaScope, ...]:
+        scopes = [QuotaScope(f"key:{principal.key_id}", principal.limits)]
+        tenant_limits = self._tenant_limits.get(principal.tenant)
         if tenant_limits is not None:
             scopes.append(QuotaScope("tenant", tenant_limits))
         return tuple(s for s in scopes if s.limits != Limits())
@@ -119,6 +123,36 @@ class Admit:
             if held is not None:
                 used = ctx.usage.total_tokens or ctx.estimated_prompt_tokens + completion_tokens
                 self._spawn_settle(held.tenant, held.scopes, held.reservation, used)
+
+    @contextlib.asynccontextmanager
+    async def metered(self, principal: Principal) -> AsyncIterator[None]:
+        """Meter one call that is not a chat completion (an MCP tool call): a request against the
+        RPM limits and a concurrency lease while it runs (renewed, as a call held for approval may
+        take minutes), no tokens. Refused with RateLimited; fail_open / fail_closed as for chat."""
+        scopes = self._scopes_of(principal)
+        if not scopes:
+            yield
+            return
+        lease_ttl_s = self._settings.lease_ttl_s
+        request = AdmitRequest(principal.tenant, scopes, uuid.uuid4().hex, tokens=0, lease_ttl_s=lease_ttl_s)
+        try:
+            result = await self._store.admit(request)
+        except StoreUnavailable:
+            if self._settings.on_store_error is FailMode.CLOSED:
+                raise
+            self.fail_open_count += 1
+            yield
+            return
+        if not result.admitted:
+            raise _denied(result, {})
+        assert result.reservation is not None
+        held = _Held(principal.tenant, scopes, result.reservation)
+        heartbeat = asyncio.get_running_loop().create_task(self._heartbeat(held))
+        try:
+            yield
+        finally:
+            heartbeat.cancel()
+            self._spawn_settle(held.tenant, held.scopes, held.reservation, 0)
 
     async def _reserve(self, ctx: RequestContext, scopes: tuple[QuotaScope, ...]) -> _Held | None:
         assert ctx.principal is not None

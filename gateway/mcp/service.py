@@ -21,6 +21,7 @@ tool's output, so the agent learns what happened instead of crashing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import secrets
@@ -34,9 +35,11 @@ import orjson
 
 from gateway.approvals import APPROVED, ApprovalService
 from gateway.audit import AuditWriter
+from gateway.errors import RateLimited, StoreUnavailable
 from gateway.mcp.status import UpstreamStatus
 from gateway.mcp.upstream import UpstreamCallFailed, UpstreamServer, UpstreamUnavailable
 from gateway.principal import Principal
+from gateway.quota import Admit
 from gateway.settings import McpSettings
 from gateway.tasks import cancel_and_wait
 from gateway.tool_policy import PolicyHolder
@@ -47,6 +50,16 @@ log = logging.getLogger(__name__)
 SEPARATOR = "__"
 APPROVAL_META_KEY = "agent-gateway/approval"
 ProgressReporter = Callable[[float, str], Awaitable[None]]
+
+
+@dataclass(slots=True)
+class _Trail:
+    """What the audit record of one call says, filled in as the call goes."""
+
+    call_id: str
+    decision: str = "none"
+    status: str = "pending"
+    approval_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,9 +76,11 @@ class McpGateway:
         policies: PolicyHolder,
         approvals: ApprovalService,
         audit: AuditWriter,
+        quota: Admit,
         poll_s: float,
     ) -> None:
         self._settings = settings
+        self._quota = quota
         self._policies = policies
         self._approvals = approvals
         self._audit = audit
@@ -106,64 +121,90 @@ class McpGateway:
     async def call(
         self, principal: Principal, name: str, arguments: dict[str, Any], progress: ProgressReporter
     ) -> types.CallToolResult:
+        """Judge, hold, forward; one audit record whatever happens (a slot is taken first, so the
+        record of a call the client abandoned, or that failed, is written too)."""
         started = time.monotonic()
-        call_id = f"mcp_{secrets.token_hex(8)}"
         arguments_json = orjson.dumps(arguments).decode()
-        outcome, approval_id = await self._judge_and_run(principal, call_id, name, arguments, arguments_json, progress)
-        server = name.partition(SEPARATOR)[0]
-        counter = (server if server in self.servers else "<unknown>", outcome.status)
-        self.calls[counter] = self.calls.get(counter, 0) + 1
-        await self._audit.submit(
-            {
-                "kind": "mcp",
-                "request_id": call_id,
-                "tenant": principal.tenant,
-                "key_id": principal.key_id,
-                "server": counter[0],
-                "tool": name,
-                "decision": outcome.decision,
-                "status": outcome.status,
-                "approval_id": approval_id,
-                "arguments_sha256": hashlib.sha256(arguments_json.encode()).hexdigest(),
-                "duration_ms": round((time.monotonic() - started) * 1000, 3),
-            }
-        )
-        return outcome.result
+        trail = _Trail(call_id=f"mcp_{secrets.token_hex(8)}")
+        await self._audit.reserve()
+        try:
+            outcome = await self._metered(principal, trail, name, arguments, arguments_json, progress)
+            trail.decision, trail.status = outcome.decision, outcome.status
+            return outcome.result
+        except BaseException:
+            trail.status = "cancelled" if trail.status == "pending" else "error"
+            raise
+        finally:
+            server = name.partition(SEPARATOR)[0]
+            server = server if server in self.servers else "<unknown>"
+            self.calls[(server, trail.status)] = self.calls.get((server, trail.status), 0) + 1
+            self._audit.submit_reserved(
+                {
+                    "kind": "mcp",
+                    "request_id": trail.call_id,
+                    "tenant": principal.tenant,
+                    "key_id": principal.key_id,
+                    "server": server,
+                    "tool": name,
+                    "decision": trail.decision,
+                    "status": trail.status,
+                    "approval_id": trail.approval_id,
+                    "arguments_sha256": hashlib.sha256(arguments_json.encode()).hexdigest(),
+                    "duration_ms": round((time.monotonic() - started) * 1000, 3),
+                }
+            )
 
-    async def _judge_and_run(
+    async def _metered(
         self,
         principal: Principal,
-        call_id: str,
+        trail: _Trail,
         name: str,
         arguments: dict[str, Any],
         arguments_json: str,
         progress: ProgressReporter,
-    ) -> tuple[CallOutcome, str | None]:
+    ) -> CallOutcome:
+        """Counted before it is judged, so that probing for tools costs like any request."""
+        try:
+            async with self._quota.metered(principal):
+                return await self._judge_and_run(principal, trail, name, arguments, arguments_json, progress)
+        except RateLimited as limited:
+            return _refused(f"{limited.message} (retry after {limited.retry_after_s:g}s)", "none", "rate_limited")
+        except StoreUnavailable:
+            return _refused("The quota store is unavailable; try again later.", "none", "store_unavailable")
+
+    async def _judge_and_run(
+        self,
+        principal: Principal,
+        trail: _Trail,
+        name: str,
+        arguments: dict[str, Any],
+        arguments_json: str,
+        progress: ProgressReporter,
+    ) -> CallOutcome:
         server_name, _, tool = name.partition(SEPARATOR)
         server = self.servers.get(server_name)
         engine = self._policies.engine
         policy = engine.policy_for(principal.tenant, principal.key_id)
         if server is None or not any(t.name == tool for t in server.tools) or not engine.may_use(policy, name):
             # Unlisted and not allowed look the same: a key learns nothing about tools it may not use.
-            return _refused(f"Unknown tool: {name}", "deny", "denied"), None
+            return _refused(f"Unknown tool: {name}", "deny", "denied")
         decision = engine.decide(policy, name, arguments_json)
         if isinstance(decision, Deny):
-            return _refused(f"The gateway refused the call to '{name}': {decision.reason}", "deny", "denied"), None
+            return _refused(f"The gateway refused the call to '{name}': {decision.reason}", "deny", "denied")
         meta: types.RequestParamsMeta | None = None
-        approval_id: str | None = None
         if isinstance(decision, NeedsApproval):
-            record = await self._approvals.request(principal, None, call_id, name, arguments_json, decision)
-            approval_id = record["id"]
+            record = await self._approvals.request(principal, None, trail.call_id, name, arguments_json, decision)
+            trail.approval_id = record["id"]
             decided = await self._hold(record, decision, progress)
             if decided["status"] != APPROVED:
                 reason = decided.get("decision_reason") or decided["status"]
                 text = f"The call to '{name}' was not approved ({decided['status']}: {reason})."
-                return _refused(text, str(decided["status"]), "not_approved"), approval_id
+                return _refused(text, str(decided["status"]), "not_approved")
             # Where a tool server finds the approval, to check it with `policies.verify_approval_token`.
             approval = {"id": decided["id"], "token": decided["token"]}
             meta = cast(types.RequestParamsMeta, {APPROVAL_META_KEY: approval})
         assert isinstance(decision, Allow | NeedsApproval)
-        return await self._forward(server, tool, arguments, meta, "approved" if meta else "allow"), approval_id
+        return await self._forward(server, tool, arguments, meta, "approved" if meta else "allow")
 
     async def _hold(self, record: dict[str, Any], need: NeedsApproval, progress: ProgressReporter) -> dict[str, Any]:
         """Wait for the decision, telling the client now and then that the call is still held."""
@@ -171,16 +212,23 @@ class McpGateway:
         waiting = asyncio.ensure_future(wait)
         message = f"held for human approval (approval id {record['id']})"
         try:
-            await progress(0, message)
+            await self._tell(progress, 0, message)
             ticks = 0
             while not waiting.done():
                 await asyncio.wait({waiting}, timeout=self._settings.progress_interval_s)
                 if not waiting.done():
                     ticks += 1
-                    await progress(ticks, message)
+                    await self._tell(progress, ticks, message)
             return waiting.result()
         finally:
             waiting.cancel()  # the client went away: stop polling
+
+    async def _tell(self, progress: ProgressReporter, done: float, message: str) -> None:
+        """A progress notification, given up on if the client does not take it in time: the hold
+        itself stays bounded by the approval's wait, whatever the client reads."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self._settings.progress_interval_s):
+                await progress(done, message)
 
     async def _forward(
         self,

@@ -66,6 +66,7 @@ class UpstreamServer:
     ) -> types.CallToolResult:
         """Call `tool`; waits for the server while it (re)starts, all within `call_timeout_s`."""
         deadline = self.settings.call_timeout_s
+        session: ClientSession | None = None
         try:
             async with asyncio.timeout(deadline):
                 await self._up.wait()
@@ -75,13 +76,19 @@ class UpstreamServer:
         except TimeoutError:
             raise UpstreamUnavailable(f"MCP server '{self.name}' did not answer within {deadline:g}s") from None
         except MCPError as error:
-            if error.code == types.CONNECTION_CLOSED:
-                self._mark_broken(f"connection closed: {error.message}")
-                raise UpstreamUnavailable(f"MCP server '{self.name}' went away during the call") from None
-            raise UpstreamCallFailed(f"MCP server '{self.name}' refused the call: {error.message}") from None
-        except _BROKEN as error:
-            self._mark_broken(repr(error))
+            if error.code != types.CONNECTION_CLOSED:
+                raise UpstreamCallFailed(f"MCP server '{self.name}' refused the call: {error.message}") from None
+            # Over HTTP, one request that ended without an answer is reported this way too: only a
+            # stdio pipe that closed means the whole connection is gone (pings find the rest).
+            if self.settings.command is not None:
+                self._mark_broken(session, f"connection closed: {error.message}")
             raise UpstreamUnavailable(f"MCP server '{self.name}' went away during the call") from None
+        except _BROKEN as error:
+            self._mark_broken(session, repr(error))
+            raise UpstreamUnavailable(f"MCP server '{self.name}' went away during the call") from None
+        except Exception as error:  # noqa: BLE001 - the SDK's checks of an answer (bad structured output, ...)
+            log.warning("MCP server %r gave an unusable answer to %s: %r", self.name, tool, error)
+            raise UpstreamCallFailed(f"MCP server '{self.name}' gave an unusable answer") from None
 
     async def run(self) -> None:
         """The supervisor: keep a session up until cancelled."""
@@ -90,12 +97,12 @@ class UpstreamServer:
             started = time.monotonic()
             try:
                 await self._serve_one_session()
-            except asyncio.CancelledError:
-                raise
-            except (*_BROKEN, MCPError, TimeoutError, ValueError) as error:
+            except Exception as error:  # noqa: BLE001 - whatever ended the session, it is logged and restarted
                 self._last_error = _describe(error)
-            except BaseExceptionGroup as group:  # anyio task groups wrap what failed inside them
-                self._last_error = "; ".join(_describe(e) for e in group.exceptions)
+            # anyio's task groups may report a cancellation as the group of what else failed.
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise asyncio.CancelledError
             self._went_down()
             if time.monotonic() - started > 2 * _MAX_BACKOFF_S:
                 backoff = self.settings.restart_backoff_s  # it had been up a while: start over
@@ -140,7 +147,9 @@ class UpstreamServer:
                 read, write = await stack.enter_async_context(stdio_client(parameters))
             yield await stack.enter_async_context(ClientSession(read, write))
 
-    def _mark_broken(self, reason: str) -> None:
+    def _mark_broken(self, session: ClientSession | None, reason: str) -> None:
+        if session is None or session is not self._session:
+            return  # an error of a session already replaced says nothing about the current one
         self._last_error = reason
         self._up.clear()
         self._broken.set()

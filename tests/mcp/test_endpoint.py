@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,18 @@ ALLOWED = {
 def servers_up(gateway: Gateway) -> None:
     body = wait_for_mcp_servers(gateway)
     assert body["mcp_servers"] == {"files": "up", "local": "up", "hasty": "up"}
+
+
+def audit_where(gateway: Gateway, wanted: Callable[[dict[str, Any]], bool], count: int = 1) -> list[dict[str, Any]]:
+    """The `mcp` records that match, once at least `count` of them are written (the audit writer
+    flushes in the background; bounded wait)."""
+    found: list[dict[str, Any]] = []
+    for _ in range(200):
+        found = [r for r in audit_of(gateway) if wanted(r)]
+        if len(found) >= count:
+            break
+        threading.Event().wait(0.05)
+    return found
 
 
 def audit_of(gateway: Gateway, kind: str = "mcp") -> list[dict[str, Any]]:
@@ -70,7 +83,7 @@ async def test_a_tool_not_on_the_whitelist_cannot_be_called_even_by_name(gateway
         result = await session.call_tool("files__shutdown", {})
     assert result.is_error
     assert text_of(result) == "Unknown tool: files__shutdown"
-    assert any(r["tool"] == "files__shutdown" and r["decision"] == "deny" for r in audit_of(gateway))
+    assert audit_where(gateway, lambda r: r["tool"] == "files__shutdown" and r["decision"] == "deny")
 
 
 async def test_bad_arguments_are_refused_naming_the_argument(gateway: Gateway) -> None:
@@ -86,7 +99,7 @@ async def test_an_allowed_call_is_forwarded_and_audited(gateway: Gateway) -> Non
         result = await session.call_tool("files__read_file", {"path": "/srv/a.txt"})
     assert not result.is_error
     assert text_of(result) == "contents of /srv/a.txt"
-    record = next(r for r in reversed(audit_of(gateway)) if r["tool"] == "files__read_file")
+    record = audit_where(gateway, lambda r: r["tool"] == "files__read_file")[-1]
     assert (record["decision"], record["status"], record["server"]) == ("allow", "ok", "files")
     assert record["tenant"] == "acme"
 
@@ -109,7 +122,7 @@ async def test_a_risky_call_is_held_with_progress_then_runs_with_a_token_the_ser
     assert text_of(result) == f"deleted /tmp/old.log [approval {approval_id} verified]"
     assert progress
     assert f"approval id {approval_id}" in progress[0]
-    steps = [r for r in audit_of(gateway) if r.get("approval_id") == approval_id]
+    steps = audit_where(gateway, lambda r: r.get("approval_id") == approval_id)
     assert [(r["decision"], r["status"]) for r in steps] == [("approved", "ok")]
 
 
@@ -170,7 +183,7 @@ async def test_a_stdio_server_killed_mid_call_gives_a_clear_error_and_is_restart
     assert not after.is_error
     assert text_of(after) == "contents of /srv/b"
     assert _stdio_server_pid(process.pid) != victim
-    statuses = [r["status"] for r in audit_of(gateway) if r["server"] == "local"]
+    statuses = [r["status"] for r in audit_where(gateway, lambda r: r["server"] == "local", count=2)]
     assert "upstream_unavailable" in statuses
 
 
@@ -232,3 +245,39 @@ def test_a_chat_call_to_a_gateway_run_tool_that_breaks_its_rules_is_still_denied
     message = reply.json()["choices"][0]["message"]
     assert not message.get("tool_calls")
     assert "The gateway blocked a call to 'files__delete_file'" in message["content"]
+
+
+async def test_a_held_call_the_agent_abandons_is_still_audited(gateway: Gateway) -> None:
+    _, approver = gateway.create_key(scopes=["approver"])
+    async with mcp_session(gateway) as session:
+        call = asyncio.ensure_future(session.call_tool("files__delete_file", {"path": "/tmp/abandoned.log"}))
+        approval_id = await asyncio.to_thread(pending_approval, gateway, approver, "/tmp/abandoned.log")
+        call.cancel()  # the agent gives up while a person has not decided yet
+    records = await asyncio.to_thread(audit_where, gateway, lambda r: r.get("approval_id") == approval_id)
+    assert [(r["tool"], r["status"]) for r in records] == [("files__delete_file", "cancelled")]
+
+
+def pending_approval(gateway: Gateway, approver: str, path: str) -> str:
+    client = httpx.Client(base_url=f"{gateway.url}/admin", headers=gateway.headers(approver), timeout=10)
+    for _ in range(600):  # 30 s at most
+        listed = client.get("/approvals", params={"status": "pending"}).json()["data"]
+        found = [a["id"] for a in listed if path in a["arguments"]]
+        if found:
+            return str(found[0])
+        threading.Event().wait(0.05)
+    raise AssertionError("the call was never held")
+
+
+async def test_mcp_calls_are_metered_like_any_request(gateway: Gateway) -> None:
+    """A key's RPM counts its tool calls too, denied ones included (probing costs)."""
+    key_id, key = gateway.create_key(rpm=3)
+    async with mcp_session(gateway, key) as session:
+        results = [await session.call_tool("files__read_file", {"path": f"/srv/{n}"}) for n in range(2)]
+        results.append(await session.call_tool("files__shutdown", {}))
+        refused = await session.call_tool("files__read_file", {"path": "/srv/3"})
+    assert [r.is_error for r in results] == [False, False, True]
+    assert refused.is_error
+    assert text_of(refused).startswith("Rate limit reached")
+    records = await asyncio.to_thread(audit_where, gateway, lambda r: r["key_id"] == key_id, 4)
+    statuses = [r["status"] for r in records]
+    assert statuses == ["ok", "ok", "denied", "rate_limited"]
