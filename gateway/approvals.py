@@ -54,7 +54,10 @@ class ApprovalService:
         need: NeedsApproval,
         conversation: list[dict[str, Any]] | None = None,
         policy_name: str | None = None,
+        channel: str = "chat",
     ) -> dict[str, Any]:
+        """Hold a call for a person. `channel` is where the decided call goes: "chat" (the answer,
+        or a later request with X-Approval-Id) or "mcp" (only the MCP call that is waiting)."""
         now = self._clock()
         record = {
             "id": f"appr_{secrets.token_hex(10)}",
@@ -75,6 +78,7 @@ class ApprovalService:
             "excerpt": excerpt(conversation or []),
             "policy": policy_name,
             "risk": need.rule.risk.value,
+            "channel": channel,
         }
         if need.mode is ApprovalMode.WAIT:
             record["wait_deadline"] = now + need.timeout_s
@@ -98,6 +102,10 @@ class ApprovalService:
             if time.monotonic() >= deadline:
                 return await self._expire(record, f"nobody decided within the wait ({timeout_s:g}s)")
             await asyncio.sleep(poll_s)
+
+    async def withdraw(self, record: dict[str, Any], reason: str) -> dict[str, Any]:
+        """Nobody waits for this decision any more (the caller went away): expire it if pending."""
+        return await self._expire(record, reason)
 
     async def _expire(self, record: dict[str, Any], reason: str) -> dict[str, Any]:
         decision = {"status": EXPIRED, "decided_by": "gateway", "decided_at": self._clock(), "decision_reason": reason}
@@ -133,8 +141,9 @@ class ApprovalService:
     ) -> dict[str, Any]:
         """The decided approval, for the key that asked and the conversation that led to it, once."""
         record = await self.lookup(principal.tenant, approval_id)
-        if record["key_id"] != principal.key_id:
-            # The released call carries a token tool servers trust: only the requester may collect it.
+        if record["key_id"] != principal.key_id or record.get("channel", "chat") != "chat":
+            # The released call carries a token tool servers trust: only the requester may collect
+            # it, and an MCP call's approval goes to that call alone.
             raise NotFound(f"approval '{approval_id}' not found")
         if record.get("conversation_sha256") not in (None, conversation_sha256(conversation)):
             raise InvalidRequest(

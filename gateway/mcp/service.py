@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import logging
 import secrets
@@ -43,7 +44,7 @@ from gateway.quota import Admit
 from gateway.settings import McpSettings
 from gateway.tasks import cancel_and_wait
 from gateway.tool_policy import PolicyHolder
-from policies import Allow, Deny, NeedsApproval
+from policies import Allow, ApprovalMode, Deny, NeedsApproval
 
 log = logging.getLogger(__name__)
 
@@ -193,7 +194,11 @@ class McpGateway:
             return _refused(f"The gateway refused the call to '{name}': {decision.reason}", "deny", "denied")
         meta: types.RequestParamsMeta | None = None
         if isinstance(decision, NeedsApproval):
-            record = await self._approvals.request(principal, None, trail.call_id, name, arguments_json, decision)
+            # An MCP call has one answer, so it is always held as in wait mode.
+            decision = dataclasses.replace(decision, mode=ApprovalMode.WAIT)
+            record = await self._approvals.request(
+                principal, None, trail.call_id, name, arguments_json, decision, channel="mcp"
+            )
             trail.approval_id = record["id"]
             decided = await self._hold(record, decision, progress)
             if decided["status"] != APPROVED:
@@ -221,7 +226,9 @@ class McpGateway:
                     await self._tell(progress, ticks, message)
             return waiting.result()
         finally:
-            waiting.cancel()  # the client went away: stop polling
+            if not waiting.done():  # the client went away: stop polling, and let nobody approve it later
+                waiting.cancel()
+                await asyncio.shield(self._approvals.withdraw(record, "the agent went away before a decision"))
 
     async def _tell(self, progress: ProgressReporter, done: float, message: str) -> None:
         """A progress notification, given up on if the client does not take it in time: the hold

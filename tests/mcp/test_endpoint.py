@@ -255,6 +255,17 @@ async def test_a_held_call_the_agent_abandons_is_still_audited(gateway: Gateway)
         call.cancel()  # the agent gives up while a person has not decided yet
     records = await asyncio.to_thread(audit_where, gateway, lambda r: r.get("approval_id") == approval_id)
     assert [(r["tool"], r["status"]) for r in records] == [("files__delete_file", "cancelled")]
+    # Nobody waits for the decision any more: it cannot be approved later, nor collected through chat.
+    url = f"{gateway.url}/admin/approvals/{approval_id}"
+    async with httpx.AsyncClient(timeout=30) as http:
+        assert (await http.get(url, headers=gateway.headers(approver))).json()["status"] == "expired"
+        assert (await http.post(f"{url}/approve", headers=gateway.headers(approver))).status_code == 409
+        collect = await http.post(
+            f"{gateway.url}/v1/chat/completions",
+            json={"model": "sim-model", "messages": [{"role": "user", "content": "go"}]},
+            headers={**gateway.headers(), "X-Approval-Id": approval_id},
+        )
+    assert collect.status_code == 404
 
 
 def pending_approval(gateway: Gateway, approver: str, path: str) -> str:
