@@ -94,8 +94,9 @@ def test_keep_data_keeps_the_demo_folder(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the kernel's parent-death signal is Linux's")
-def test_sims_stop_when_the_demo_is_killed_outright() -> None:
-    demo = start_announcing(["gateway", "demo", "--port", "0", "--sim-ports", "0,0"])
+def test_sims_stop_when_the_demo_is_killed_outright(tmp_path: Path) -> None:
+    # A demo killed outright cannot remove its data folder: keep it in the test's own directory.
+    demo = start_announcing(["gateway", "demo", "--port", "0", "--sim-ports", "0,0"], env={"TMPDIR": str(tmp_path)})
     try:
         assert demo.process.stdout is not None
         read_until(demo.process.stdout, "Stop: Ctrl-C")
