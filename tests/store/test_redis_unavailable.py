@@ -184,7 +184,11 @@ async def test_checkpoints_failing_while_redis_is_frozen_leak_no_connection(tmp_
     A few failures exhausted the pool and the replica never talked to Redis again."""
     port = free_port()
     store = RedisStore(
-        RedisStoreSettings(url=f"redis://127.0.0.1:{port}/0", key_prefix="agw-test", socket_timeout_s=0.2),
+        # The connect timeout has room: after SIGCONT a loaded machine may take a while to accept
+        # the pool's new connections, which is not the leak this test is about.
+        RedisStoreSettings(
+            url=f"redis://127.0.0.1:{port}/0", key_prefix="agw-test", socket_timeout_s=0.2, connect_timeout_s=2.0
+        ),
         max_connections=3,
     )
     with redis_server(port, tmp_path) as server:

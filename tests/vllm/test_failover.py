@@ -40,10 +40,21 @@ def reference(pool: Pool) -> dict[str, Any]:
 
 
 def request_audit(gateway: Any) -> dict[str, Any]:
-    reply = httpx.get(
-        f"{gateway.url}/admin/audit", params={"kind": "request"}, headers=gateway.headers(gateway.admin_key), timeout=10
-    )
-    records = [r for r in reply.json()["data"] if r.get("kind") == "request"]
+    """The newest request record, once the audit writer (which flushes in the background) has
+    written one: bounded wait."""
+    records: list[dict[str, Any]] = []
+    for _ in range(200):
+        reply = httpx.get(
+            f"{gateway.url}/admin/audit",
+            params={"kind": "request"},
+            headers=gateway.headers(gateway.admin_key),
+            timeout=10,
+        )
+        records = [r for r in reply.json()["data"] if r.get("kind") == "request"]
+        if records:
+            break
+        time.sleep(0.1)
+    assert records, "no request record was written"
     return dict(records[-1])
 
 
