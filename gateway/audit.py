@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 
 from gateway.errors import StoreUnavailable
-from gateway.store.base import AuditHead, Store
+from gateway.store.base import AuditHead, AuditStore
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +126,7 @@ def check_head(mark: dict[str, Any], records: list[dict[str, Any]], anchor: Audi
     return Verdict(True, len(records))
 
 
-async def iterate(store: Store, first_seq: int = 1) -> AsyncIterator[dict[str, Any]]:
+async def iterate(store: AuditStore, first_seq: int = 1) -> AsyncIterator[dict[str, Any]]:
     seq = first_seq
     while True:
         page = await store.audit_range(seq, _PAGE)
@@ -137,7 +137,7 @@ async def iterate(store: Store, first_seq: int = 1) -> AsyncIterator[dict[str, A
         seq = int(page[-1]["seq"]) + 1
 
 
-async def verify_store(store: Store, key: bytes = b"") -> Verdict:
+async def verify_store(store: AuditStore, key: bytes = b"") -> Verdict:
     """The chain from the anchor, and that it still reaches the store's head mark (read first, so
     records appended meanwhile only make the chain longer)."""
     head = await store.audit_head()
@@ -174,7 +174,7 @@ class AuditWriter:
 
     def __init__(
         self,
-        store: Store,
+        store: AuditStore,
         *,
         queue_size: int,
         batch_size: int,

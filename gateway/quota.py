@@ -25,7 +25,7 @@ from gateway.errors import InsufficientQuota, RateLimited, StoreNotReached, Stor
 from gateway.pipeline import Handler, RequestContext
 from gateway.principal import Principal
 from gateway.settings import FailMode, QuotaSettings
-from gateway.store.base import AdmitRequest, AdmitResult, Limits, QuotaScope, Reservation, ScopeUsage, Store
+from gateway.store.base import AdmitRequest, AdmitResult, Limits, QuotaScope, QuotaStore, Reservation, ScopeUsage
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ class _Held:
 class Admit:
     """The quota stage of the pipeline."""
 
-    def __init__(self, store: Store, settings: QuotaSettings) -> None:
+    def __init__(self, store: QuotaStore, settings: QuotaSettings) -> None:
         self._store = store
         self._settings = settings
         self._tenant_limits = {name: Limits(**lim.model_dump()) for name, lim in settings.tenants.items()}

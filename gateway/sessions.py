@@ -36,7 +36,7 @@ from gateway.pipeline import Handler, RequestContext
 from gateway.principal import Principal
 from gateway.session_log import SessionLog, content_of
 from gateway.settings import DisconnectPolicy, SessionSettings
-from gateway.store.base import SessionCheckpoint, Store
+from gateway.store.base import SessionCheckpoint, SessionStore
 from gateway.wire import ChunkRenderer, Completion, dumps
 
 log = logging.getLogger(__name__)
@@ -92,7 +92,9 @@ class LiveSession:
 
 
 class SessionManager:
-    def __init__(self, store: Store, settings: SessionSettings, replica_id: str, continue_stream: Handler) -> None:
+    def __init__(
+        self, store: SessionStore, settings: SessionSettings, replica_id: str, continue_stream: Handler
+    ) -> None:
         self._store = store
         self._settings = settings
         self._replica_id = replica_id
@@ -516,7 +518,7 @@ class AppendHistory:
     session must be allowed to open it (`may_open`), appending or not: a new response replaces
     the session's stream, so it is a write."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: SessionStore) -> None:
         self._store = store
 
     async def __call__(self, ctx: RequestContext, call_next: Handler) -> AsyncGenerator[Chunk, None]:

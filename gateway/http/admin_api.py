@@ -18,7 +18,7 @@ from gateway.errors import PermissionDenied
 from gateway.keys import KeyService, NewKey, public_view
 from gateway.principal import Principal, Scope
 from gateway.settings import MAX_LIMIT
-from gateway.store.base import Limits, Store
+from gateway.store.base import AuditStore, Limits
 
 _MAX_EXPIRY_S = 100 * 365 * 86400
 _MAX_SEQ = 2**53  # audit sequence numbers are counted in Lua numbers (doubles)
@@ -44,7 +44,9 @@ class RevokeBody(BaseModel):
     reason: str = Field(default="", max_length=1000)
 
 
-def build_admin_router(authenticator: Authenticator, keys: KeyService, store: Store, audit_key: bytes) -> APIRouter:
+def build_admin_router(
+    authenticator: Authenticator, keys: KeyService, store: AuditStore, audit_key: bytes
+) -> APIRouter:
     router = APIRouter(prefix="/admin")
 
     async def caller(request: Request) -> Principal:

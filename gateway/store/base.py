@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+from gateway.store.approval_record import Approval, Decision
+
 WINDOW_S = 60  # RPM and TPM are counted over a sliding window of this many one-second buckets
 
 
@@ -128,8 +130,9 @@ class SessionCheckpoint:
     replace_events: bool = False  # a new response: drop the previous response's events first
 
 
-class Store(Protocol):
-    # --- API keys -------------------------------------------------------------------------
+class KeyStore(Protocol):
+    """API key records (gateway/keys.py, auth.py)."""
+
     async def put_key(self, record: KeyRecord) -> None:
         """Insert or replace a key record (and its digest index)."""
         ...
@@ -144,7 +147,10 @@ class Store(Protocol):
         """Keys of one tenant, or of every tenant when `tenant` is None; sorted by creation."""
         ...
 
-    # --- quotas ---------------------------------------------------------------------------
+
+class QuotaStore(Protocol):
+    """Quota windows and concurrency leases (gateway/quota.py)."""
+
     async def admit(self, request: AdmitRequest) -> AdmitResult:
         """Check and take, atomically and for every scope at once: one request of the RPM
         window, `tokens` of the TPM window and of the daily budget, one concurrency lease.
@@ -161,7 +167,10 @@ class Store(Protocol):
         """Keep a long request's concurrency lease alive."""
         ...
 
-    # --- audit chain ----------------------------------------------------------------------
+
+class AuditStore(Protocol):
+    """The hash-chained audit log (gateway/audit.py)."""
+
     async def audit_head(self) -> AuditHead: ...
 
     async def audit_append(self, expected: AuditHead, records: list[dict[str, Any]]) -> bool:
@@ -183,7 +192,10 @@ class Store(Protocol):
         """The last record trimmed away (0 and "" if none): where verification starts."""
         ...
 
-    # --- sessions -------------------------------------------------------------------------
+
+class SessionStore(Protocol):
+    """Resumable stream checkpoints (gateway/sessions.py)."""
+
     # A session is the checkpoint of a streamed response: a JSON state, an append-only log of
     # SSE events numbered from 1, and a lease naming the replica that owns the live stream.
     # Everything is per tenant: another tenant's session id simply does not exist. State and
@@ -227,32 +239,31 @@ class Store(Protocol):
         """Remove state, events and lease; True if the session existed (any of them was live)."""
         ...
 
-    # --- approvals ------------------------------------------------------------------------
-    # An approval is a human's decision on a high-risk tool call: a JSON object the gateway
-    # builds, with at least `id`, `tenant`, `status` ("pending" | "approved" | "rejected" |
-    # "expired"), `requested_at` and `expires_at` (unix seconds), plus anything else it wants
-    # kept (fields round-trip unchanged). Namespaced by tenant: another tenant's id does not
-    # exist. Expiry is judged by the store's clock. Bad arguments raise ValueError before
-    # anything is touched (approval_record.py has the checks).
-    async def approval_put(self, record: dict[str, Any], ttl_s: float) -> None:
+
+class ApprovalStore(Protocol):
+    """Human approvals of tool calls (gateway/approvals.py)."""
+
+    # An approval is a human's decision on a high-risk tool call: an `Approval` the gateway
+    # builds (status "pending" | "approved" | "rejected" | "expired", requested_at and expires_at
+    # in unix seconds), kept as its JSON and read back field for field. Namespaced by tenant:
+    # another tenant's id does not exist. Expiry is judged by the store's clock. Bad arguments
+    # raise ValueError before anything is touched (approval_record.py has the checks and types).
+    async def approval_put(self, record: Approval, ttl_s: float) -> None:
         """Create an approval; its status must be "pending". Kept for ttl_s (> 0) after its
         expires_at (for the audit trail and for clients asking about it), then forgotten. An
         approval with the same tenant and id that still exists is left as it is: a retried put
         cannot reset a decided approval."""
         ...
 
-    async def approval_get(self, tenant: str, approval_id: str) -> dict[str, Any] | None:
+    async def approval_get(self, tenant: str, approval_id: str) -> Approval | None:
         """The record (with its decision merged in, once decided); a pending one whose
         expires_at has passed reads as status "expired". None if unknown or forgotten."""
         ...
 
-    async def approval_decide(
-        self, tenant: str, approval_id: str, decision: dict[str, Any]
-    ) -> tuple[bool, dict[str, Any] | None]:
+    async def approval_decide(self, tenant: str, approval_id: str, decision: Decision) -> tuple[bool, Approval | None]:
         """Atomically: if the approval exists, is pending and has not expired, merge `decision`
-        into it (its keys win; its status must be "approved", "rejected" or "expired" - the gateway
-        expires one whose wait ended - and it cannot carry
-        id, tenant, requested_at or expires_at) and return (True, the updated record).
+        into it (its set fields win; its status must be "approved", "rejected" or "expired" - the
+        gateway expires one whose wait ended) and return (True, the updated record).
         Otherwise change nothing and return (False, the current record or None). Of concurrent
         decisions, from any number of replicas, exactly one wins."""
         ...
@@ -263,13 +274,16 @@ class Store(Protocol):
         is forgotten with the approval."""
         ...
 
-    async def approval_list(self, tenant: str | None, status: str | None, limit: int) -> list[dict[str, Any]]:
+    async def approval_list(self, tenant: str | None, status: str | None, limit: int) -> list[Approval]:
         """At most `limit` approvals, newest (requested_at) first, of one tenant or of every
         tenant (None). `status` (None: any) filters on the status as read: a lapsed pending
         approval lists as "expired" (and not as "pending")."""
         ...
 
-    # --- releases -------------------------------------------------------------------------
+
+class ReleaseStore(Protocol):
+    """Model releases, their active pointers and canaries (gateway/releases/)."""
+
     # A release is an immutable JSON object the gateway builds, with at least `model` and
     # `version` (non-empty strings) and `created_at` (unix seconds), plus anything else it wants
     # kept (fields round-trip unchanged). Each model has an active pointer: the active version and
@@ -329,7 +343,10 @@ class Store(Protocol):
         (generation 0 -> 1; release_active then still reports no active version)."""
         ...
 
-    # --- lifecycle ------------------------------------------------------------------------
+
+class LifecycleStore(Protocol):
+    """Whether the store is there, and still the same store."""
+
     async def store_epoch(self, candidate: str) -> str:
         """The store's epoch: set to `candidate` if the store has none yet (a new, or wiped, store),
         and returned as stored. It never changes otherwise, so a replica that sees a different
@@ -341,3 +358,8 @@ class Store(Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+
+class Store(KeyStore, QuotaStore, AuditStore, SessionStore, ApprovalStore, ReleaseStore, LifecycleStore, Protocol):
+    """Every domain at once: what `open_store` builds and the composition root hands out. Consumers
+    take the one domain protocol they use, so a service's signature says what it may touch."""

@@ -21,6 +21,7 @@ from gateway.store import approval_record, release_record
 from gateway.store import sqlite_approvals as approvals
 from gateway.store import sqlite_releases as releases
 from gateway.store import sqlite_sessions as sessions
+from gateway.store.approval_record import Approval, Decision
 from gateway.store.audit_batch import check_batch
 from gateway.store.base import (
     AdmitRequest,
@@ -160,23 +161,21 @@ class EmbeddedStore:
         return await self._run(lambda db: sessions.delete(db, tenant, session_id, now))
 
     # --- approvals ------------------------------------------------------------------------
-    async def approval_put(self, record: dict[str, Any], ttl_s: float) -> None:
+    async def approval_put(self, record: Approval, ttl_s: float) -> None:
         new = approval_record.check_put(record, ttl_s)
         now = self._clock()
         await self._run(lambda db: approvals.put(db, new, now))
 
-    async def approval_get(self, tenant: str, approval_id: str) -> dict[str, Any] | None:
+    async def approval_get(self, tenant: str, approval_id: str) -> Approval | None:
         now = self._clock()
         return await self._run(lambda db: approvals.get(db, tenant, approval_id, now))
 
-    async def approval_decide(
-        self, tenant: str, approval_id: str, decision: dict[str, Any]
-    ) -> tuple[bool, dict[str, Any] | None]:
+    async def approval_decide(self, tenant: str, approval_id: str, decision: Decision) -> tuple[bool, Approval | None]:
         blob = approval_record.check_decision(decision)
-        status, now = decision["status"], self._clock()
+        status, now = decision.status, self._clock()
         return await self._run(lambda db: approvals.decide(db, tenant, approval_id, blob, status, now))
 
-    async def approval_list(self, tenant: str | None, status: str | None, limit: int) -> list[dict[str, Any]]:
+    async def approval_list(self, tenant: str | None, status: str | None, limit: int) -> list[Approval]:
         approval_record.check_status(status)
         if limit <= 0:
             return []

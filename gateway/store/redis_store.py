@@ -21,6 +21,7 @@ from redis.backoff import NoBackoff
 
 from gateway.settings import RedisStoreSettings
 from gateway.store import keys
+from gateway.store.approval_record import Approval, Decision
 from gateway.store.audit_batch import canonical, check_batch
 from gateway.store.base import (
     WINDOW_S,
@@ -255,18 +256,16 @@ class RedisStore:
         return await self._sessions.delete(tenant, session_id)
 
     # --- approvals ------------------------------------------------------------------------
-    async def approval_put(self, record: dict[str, Any], ttl_s: float) -> None:
+    async def approval_put(self, record: Approval, ttl_s: float) -> None:
         await self._approvals.put(record, ttl_s)
 
-    async def approval_get(self, tenant: str, approval_id: str) -> dict[str, Any] | None:
+    async def approval_get(self, tenant: str, approval_id: str) -> Approval | None:
         return await self._approvals.get(tenant, approval_id)
 
-    async def approval_decide(
-        self, tenant: str, approval_id: str, decision: dict[str, Any]
-    ) -> tuple[bool, dict[str, Any] | None]:
+    async def approval_decide(self, tenant: str, approval_id: str, decision: Decision) -> tuple[bool, Approval | None]:
         return await self._approvals.decide(tenant, approval_id, decision)
 
-    async def approval_list(self, tenant: str | None, status: str | None, limit: int) -> list[dict[str, Any]]:
+    async def approval_list(self, tenant: str | None, status: str | None, limit: int) -> list[Approval]:
         return await self._approvals.list(tenant, status, limit)
 
     async def approval_redeem(self, tenant: str, approval_id: str) -> bool:

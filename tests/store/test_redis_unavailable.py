@@ -17,6 +17,7 @@ import redis
 
 from gateway.errors import StoreUnavailable
 from gateway.settings import RedisStoreSettings
+from gateway.store.approval_record import Decision
 from gateway.store.base import AuditHead, Reservation, SessionCheckpoint
 from gateway.store.redis_store import RedisStore
 from tests.store.helpers import admit_request, approval_record, chained, key_record, key_scope
@@ -49,7 +50,7 @@ EVERY_CALL: dict[str, Call] = {
     "session_delete": lambda s: s.session_delete("acme", "s1"),
     "approval_put": lambda s: s.approval_put(approval_record("a1"), 60),
     "approval_get": lambda s: s.approval_get("acme", "a1"),
-    "approval_decide": lambda s: s.approval_decide("acme", "a1", {"status": "approved", "decided_by": "alice"}),
+    "approval_decide": lambda s: s.approval_decide("acme", "a1", Decision("approved", decided_by="alice")),
     "approval_list(all)": lambda s: s.approval_list(None, None, 10),
     "approval_list(tenant)": lambda s: s.approval_list("acme", "pending", 10),
     "release_put": lambda s: s.release_put({"model": "m1", "version": "v1", "created_at": 1.0}),
