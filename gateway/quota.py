@@ -26,6 +26,7 @@ from gateway.pipeline import Handler, RequestContext
 from gateway.principal import Principal
 from gateway.settings import FailMode, QuotaSettings
 from gateway.store.base import AdmitRequest, AdmitResult, Limits, QuotaScope, QuotaStore, Reservation, ScopeUsage
+from gateway.store.session_record import QuotaHold
 
 log = logging.getLogger(__name__)
 
@@ -241,23 +242,22 @@ class Admit:
             await asyncio.gather(*pending, return_exceptions=True)
 
 
-def _hold_of(held: _Held) -> dict[str, Any]:
+def _hold_of(held: _Held) -> QuotaHold:
     reservation = held.reservation
-    return {
-        "tenant": held.tenant,
-        "scopes": [scope.name for scope in held.scopes],
-        "lease_id": reservation.lease_id,
-        "tokens": reservation.tokens,
-        "second": reservation.second,
-        "day": reservation.day,
-    }
+    return QuotaHold(
+        tenant=held.tenant,
+        scopes=tuple(scope.name for scope in held.scopes),
+        lease_id=reservation.lease_id,
+        tokens=reservation.tokens,
+        second=reservation.second,
+        day=reservation.day,
+    )
 
 
-def _adopted(hold: dict[str, Any]) -> _Held:
+def _adopted(hold: QuotaHold) -> _Held:
     # Settling and renewing need only the scopes' names: their limits were checked at admission.
-    scopes = tuple(QuotaScope(str(name), Limits()) for name in hold["scopes"])
-    reservation = Reservation(str(hold["lease_id"]), int(hold["tokens"]), int(hold["second"]), int(hold["day"]))
-    return _Held(str(hold["tenant"]), scopes, reservation)
+    scopes = tuple(QuotaScope(name, Limits()) for name in hold.scopes)
+    return _Held(hold.tenant, scopes, Reservation(hold.lease_id, hold.tokens, hold.second, hold.day))
 
 
 def _denied(result: AdmitResult, headers: dict[str, str]) -> RateLimited:

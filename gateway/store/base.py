@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from gateway.store.approval_record import Approval, Decision
+from gateway.store.session_record import SessionState
 
 WINDOW_S = 60  # RPM and TPM are counted over a sliding window of this many one-second buckets
 
@@ -122,7 +123,7 @@ class SessionCheckpoint:
     tenant: str
     session_id: str
     ttl_s: float
-    state: dict[str, Any] | None = None  # saved when given
+    state: SessionState | None = None  # saved when given
     events: list[tuple[int, bytes]] = field(default_factory=list)  # appended, as session_append
     renew_owner: str | None = None  # claim or extend the lease for this owner (lease_ttl_s)
     lease_ttl_s: float = 0.0
@@ -196,17 +197,17 @@ class AuditStore(Protocol):
 class SessionStore(Protocol):
     """Resumable stream checkpoints (gateway/sessions.py)."""
 
-    # A session is the checkpoint of a streamed response: a JSON state, an append-only log of
+    # A session is the checkpoint of a streamed response: a `SessionState`, an append-only log of
     # SSE events numbered from 1, and a lease naming the replica that owns the live stream.
     # Everything is per tenant: another tenant's session id simply does not exist. State and
     # events expire together; the lease expires on its own (saving or appending may shorten it
     # to the session's expiry, never lengthen it). Seqs must be >= 1 and TTLs > 0 (ValueError).
-    async def session_save(self, tenant: str, session_id: str, state: dict[str, Any], ttl_s: float) -> None:
-        """Create or replace the session's state (any JSON object) and refresh the TTL of the
+    async def session_save(self, tenant: str, session_id: str, state: SessionState, ttl_s: float) -> None:
+        """Create or replace the session's state (stored as its JSON) and refresh the TTL of the
         whole session (state, events, lease) to `ttl_s` from now."""
         ...
 
-    async def session_load(self, tenant: str, session_id: str) -> dict[str, Any] | None:
+    async def session_load(self, tenant: str, session_id: str) -> SessionState | None:
         """The state last saved, or None (never saved, deleted, or expired). Events appended to
         a session never saved do not make it loadable: its state stays None until saved."""
         ...

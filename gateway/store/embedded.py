@@ -34,6 +34,7 @@ from gateway.store.base import (
 )
 from gateway.store.memory_quota import MemoryQuotas
 from gateway.store.session_batch import check_events, check_ttl
+from gateway.store.session_record import SessionState
 from gateway.store.sqlite_db import SqliteDb
 
 T = TypeVar("T")
@@ -115,13 +116,13 @@ class EmbeddedStore:
         self._next_purge = now + SESSION_PURGE_INTERVAL_S
         return True
 
-    async def session_save(self, tenant: str, session_id: str, state: dict[str, Any], ttl_s: float) -> None:
+    async def session_save(self, tenant: str, session_id: str, state: SessionState, ttl_s: float) -> None:
         check_ttl(ttl_s)
         now = self._clock()
         purge = self._purge_due(now)
         await self._run(lambda db: sessions.save(db, tenant, session_id, state, now, ttl_s, purge=purge))
 
-    async def session_load(self, tenant: str, session_id: str) -> dict[str, Any] | None:
+    async def session_load(self, tenant: str, session_id: str) -> SessionState | None:
         now = self._clock()
         return await self._run(lambda db: sessions.load(db, tenant, session_id, now))
 

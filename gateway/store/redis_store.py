@@ -38,6 +38,7 @@ from gateway.store.redis_approvals import RedisApprovals
 from gateway.store.redis_common import Client, ClusterClient, script, unavailable
 from gateway.store.redis_releases import RedisReleases
 from gateway.store.redis_sessions import RedisSessions
+from gateway.store.session_record import SessionState
 
 MAX_CONNECTIONS = 32  # Redis runs one command at a time: more mostly adds connect storms
 
@@ -231,10 +232,10 @@ class RedisStore:
             return _head(await self._redis.hmget(keys.audit_anchor(self._prefix), ["seq", "hash"]))
 
     # --- sessions -------------------------------------------------------------------------
-    async def session_save(self, tenant: str, session_id: str, state: dict[str, Any], ttl_s: float) -> None:
+    async def session_save(self, tenant: str, session_id: str, state: SessionState, ttl_s: float) -> None:
         await self._sessions.save(tenant, session_id, state, ttl_s)
 
-    async def session_load(self, tenant: str, session_id: str) -> dict[str, Any] | None:
+    async def session_load(self, tenant: str, session_id: str) -> SessionState | None:
         return await self._sessions.load(tenant, session_id)
 
     async def session_append(self, tenant: str, session_id: str, events: list[tuple[int, bytes]], ttl_s: float) -> None:
