@@ -422,6 +422,48 @@ def test_promotion_runs_a_replay_smoke_run_against_the_release(setup: dict[str, 
     assert "replay smoke run: goodput 0.00 below the required 1: 4 of 4 requests missed ttft<=0.001ms" in message
 
 
+def smoke_samples(path: Path, **extra: Any) -> Path:
+    lines = [{"messages": [{"role": "user", "content": f"smoke {i}"}], **extra} for i in range(4)]
+    path.write_bytes(b"\n".join(orjson.dumps(line) for line in lines))
+    return path
+
+
+def test_the_smoke_run_goes_through_the_gateway_pinned_to_the_candidate(setup: dict[str, Any], tmp_path: Path) -> None:
+    one, _ = setup["replicas"]
+    admin(one, "promote", {"version": "v1"}).raise_for_status()
+    plain = smoke_samples(tmp_path / "plain.jsonl")
+    # Requests the model server answers, but the gateway refuses (403): the tool policy forbids
+    # the tool they force. A gate that skips the gateway would pass a release its users cannot use.
+    email = {"type": "function", "function": {"name": "send_email", "parameters": {"type": "object"}}}
+    forcing = smoke_samples(tmp_path / "forcing.jsonl", tools=[email], tool_choice={"type": "function",
+                            "function": {"name": "send_email"}})  # fmt: skip
+    smoke = {"deployments": ["new"], "system_prompt": "You are v2.", "smoke_count": 4, "smoke_slo_ttft_ms": 5000}
+    create(one, version="v3", smoke_samples=str(plain), **smoke)
+    create(one, version="v4", smoke_samples=str(forcing), **smoke)
+
+    promoted = admin(one, "promote", {"version": "v3"})
+    assert promoted.status_code == 200, promoted.text
+    refused = admin(one, "promote", {"version": "v4"})
+    assert refused.status_code == 409, refused.text
+    message = refused.json()["error"]["message"]
+    assert "replay smoke run: 4 of 4 requests failed: http_403" in message, message
+    assert "send_email" in message, message
+    deadline = time.monotonic() + 10  # the audit writer flushes in the background: poll, bounded
+    while True:
+        audit = httpx.get(
+            f"{one.url}/admin/audit",
+            params={"kind": "request", "limit": 1000},
+            headers=one.headers(one.admin_key),
+            timeout=10,
+        ).json()["data"]
+        smoked = [r for r in audit if r["release"] == "v3"]
+        if len(smoked) >= 4 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert len(smoked) >= 4, "the smoke requests went through the gateway, pinned to the candidate"
+    assert overview(one)["active"] == "v3"
+
+
 def test_a_failing_canary_is_rolled_back_automatically(sims: list[Announced], tmp_path: Path) -> None:
     from tests.procs import set_faults
 
