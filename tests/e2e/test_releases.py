@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import signal
 import socket
@@ -12,7 +13,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -227,12 +228,37 @@ def test_cli_rollback_switches_the_running_replicas(setup: dict[str, Any]) -> No
     assert wait_for_answer(two, setup["texts"]["v1"], within_s=1.0) < 1.0
 
 
-def test_roll_back_button_on_the_releases_page(setup: dict[str, Any], tmp_path: Path) -> None:
-    chromium, chromedriver = shutil.which("chromium"), shutil.which("chromedriver")
-    if not (chromium and chromedriver):
+@contextmanager
+def chromium(tmp_path: Path) -> Iterator[Any]:
+    """A headless Chromium driven by selenium (Debian's chromium and chromium-driver)."""
+    binary, chromedriver = shutil.which("chromium"), shutil.which("chromedriver")
+    if not (binary and chromedriver):
         pytest.skip("needs Debian's chromium and chromium-driver (.ci/run installs them)")
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    flags = ["--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync"]
+    flags += ["--disable-background-networking", "--disable-component-update", f"--user-data-dir={tmp_path / 'ui'}"]
+    for flag in flags:
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(executable_path=chromedriver), options=options)
+    driver.set_window_size(1400, 900)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def screenshot(driver: Any, name: str) -> None:
+    """Kept as a test artifact (CI uploads test-artifacts/)."""
+    artifacts = Path(__file__).resolve().parents[2] / "test-artifacts"
+    artifacts.mkdir(exist_ok=True)
+    driver.save_screenshot(str(artifacts / name))
+
+
+def test_roll_back_button_on_the_releases_page(setup: dict[str, Any], tmp_path: Path) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as until
     from selenium.webdriver.support.ui import WebDriverWait
@@ -240,14 +266,7 @@ def test_roll_back_button_on_the_releases_page(setup: dict[str, Any], tmp_path: 
     one, two = setup["replicas"]
     admin(one, "promote", {"version": "v1"}).raise_for_status()
     admin(one, "promote", {"version": "v2"}).raise_for_status()
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    flags = ["--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync"]
-    flags += ["--disable-background-networking", "--disable-component-update", f"--user-data-dir={tmp_path / 'ui'}"]
-    for flag in flags:
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(executable_path=chromedriver), options=options)
-    try:
+    with chromium(tmp_path) as driver:
         driver.get(f"{one.url}/admin/ui/releases?model={MODEL}")
         driver.find_element(By.ID, "key").send_keys(one.admin_key)
         driver.find_element(By.ID, "load").click()
@@ -267,14 +286,67 @@ def test_roll_back_button_on_the_releases_page(setup: dict[str, Any], tmp_path: 
         WebDriverWait(driver, 15).until(
             until.text_to_be_present_in_element((By.ID, "status"), "rolled back: active v1")
         )
-        screenshots = Path(__file__).resolve().parents[2] / "test-artifacts"
-        screenshots.mkdir(exist_ok=True)
-        driver.save_screenshot(str(screenshots / "releases-page.png"))
-    finally:
-        driver.quit()
+        screenshot(driver, "releases-page.png")
     assert wait_for_answer(two, setup["texts"]["v1"], within_s=1.0) < 1.0
     rollbacks = [h for h in overview(one)["history"] if h["action"] == "release.rollback"]
     assert [(h["from"], h["to"], h["reason"]) for h in rollbacks] == [("v2", "v1", "TPOT regression")]
+
+
+def canary_status(gateway: Gateway) -> dict[str, Any]:
+    url = f"{gateway.url}/admin/models/{MODEL}/canary"
+    return dict(httpx.get(url, headers=gateway.headers(gateway.admin_key), timeout=10).json())
+
+
+def test_the_canary_section_of_the_releases_page_shows_live_figures_and_stops_after_confirmation(
+    setup: dict[str, Any], tmp_path: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as until
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    one, _ = setup["replicas"]
+    admin(one, "promote", {"version": "v1"}).raise_for_status()
+    create(one, version="v3", deployments=["new"], system_prompt="You are v3.")
+    canary = {"version": "v3", "share": 0.5, "window_s": 60}
+    started = httpx.post(
+        f"{one.url}/admin/models/{MODEL}/canary", json=canary, headers=one.headers(one.admin_key), timeout=60
+    )
+    assert started.status_code == 200, started.text
+    with chromium(tmp_path) as driver:
+        driver.get(f"{one.url}/admin/ui/releases?model={MODEL}")
+        driver.find_element(By.ID, "key").send_keys(one.admin_key)
+        driver.find_element(By.ID, "load").click()
+        WebDriverWait(driver, 15).until(
+            until.text_to_be_present_in_element((By.ID, "canary"), "v3 gets 50% of new requests")
+        )
+        assert "candidate: 0 requests" in driver.find_element(By.ID, "canary").text
+        for _ in range(200):  # bounded: each request goes to the candidate with probability 1/2
+            answer(one)
+            if canary_status(one)["stats"]["candidate"]["requests"] >= 2:
+                break
+        # The page shows the new figures without another click: it refreshes itself.
+        WebDriverWait(driver, 15).until(
+            lambda d: re.search(r"candidate: [1-9]\d* requests, errors 0\.0%", d.find_element(By.ID, "canary").text)
+        )
+        assert re.search(r"active: [0-9]+ requests", driver.find_element(By.ID, "canary").text)
+        screenshot(driver, "releases-page-canary.png")
+        stop = driver.find_element(By.ID, "stop-canary")
+        stop.click()
+        WebDriverWait(driver, 5).until(until.alert_is_present())
+        assert "Stop the canary?" in driver.switch_to.alert.text
+        driver.switch_to.alert.dismiss()  # changed their mind: nothing is sent
+        assert canary_status(one)["canary"]["version"] == "v3"
+        stop.click()
+        WebDriverWait(driver, 5).until(until.alert_is_present())
+        driver.switch_to.alert.accept()
+        WebDriverWait(driver, 15).until(until.text_to_be_present_in_element((By.ID, "status"), "canary stopped"))
+        assert driver.find_element(By.ID, "canary").text == "no canary running"
+        assert not driver.find_element(By.ID, "stop-canary").is_displayed()
+    assert canary_status(one)["canary"] is None
+    assert overview(one)["active"] == "v1", "stopping a canary keeps the active release"
+    ended = admin_records(one, "release.canary.rollback")
+    assert ended
+    assert ended[0]["reason"] == "ended by an operator"
 
 
 def free_port() -> int:
