@@ -540,7 +540,8 @@ def test_a_failing_canary_is_rolled_back_automatically(sims: list[Announced], tm
     from tests.procs import set_faults
 
     config = gateway_config(deployment("old", sims[0]), deployment("new", sims[1], priority=1))
-    with running_gateway(tmp_path, config) as gateway:
+    log_path = tmp_path / "gateway.log"
+    with log_path.open("w") as log, running_gateway(tmp_path, config, stderr=log) as gateway:
         base = f"{gateway.url}/admin/models/{MODEL}"
         headers = gateway.headers(gateway.admin_key)
         for version, name in (("v1", "old"), ("v2", "new")):
@@ -581,6 +582,10 @@ def test_a_failing_canary_is_rolled_back_automatically(sims: list[Announced], tm
         metrics = httpx.get(f"{gateway.url}/metrics", timeout=10).text
         aborted = [line for line in metrics.splitlines() if line.startswith("gateway_canary_aborted")]
         assert any('version="v2"' in line and line.endswith(" 1.0") for line in aborted), aborted
+    logged = [line for line in log_path.read_text().splitlines() if "ended automatically" in line]
+    assert len(logged) == 1, "one log line says the canary was aborted, and why"
+    assert "canary v2 of sim-model" in logged[0], logged
+    assert "error rate" in logged[0], logged
 
 
 def create(gateway: Gateway, **spec: Any) -> None:
