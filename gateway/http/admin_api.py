@@ -98,8 +98,8 @@ def build_admin_router(
         actor.require(Scope.AUDIT)
         found: list[dict[str, Any]] = []
         async for record in iterate(store, after_seq + 1):
-            if _matches(record, actor, kind, since, until):
-                found.append(record)
+            if _matches(record.body, actor, kind, since, until):
+                found.append(record.to_dict())
                 if len(found) == limit:
                     break
         return {"data": found, "next_after_seq": found[-1]["seq"] if len(found) == limit else None}

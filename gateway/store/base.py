@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from gateway.store.approval_record import Approval, Decision
+from gateway.store.audit_batch import AuditHead as AuditHead  # re-exported: every consumer imports it from here
+from gateway.store.audit_batch import AuditRecord as AuditRecord
 from gateway.store.session_record import SessionState
 
 WINDOW_S = 60  # RPM and TPM are counted over a sliding window of this many one-second buckets
@@ -109,14 +111,6 @@ class AdmitResult:
 
 
 @dataclass(frozen=True, slots=True)
-class AuditHead:
-    """The end of the audit chain: the last record's sequence number and hash (0 and "" when empty)."""
-
-    seq: int
-    hash: str
-
-
-@dataclass(frozen=True, slots=True)
 class SessionCheckpoint:
     """One session's share of a batched checkpoint (see `Store.session_checkpoint`)."""
 
@@ -174,13 +168,13 @@ class AuditStore(Protocol):
 
     async def audit_head(self) -> AuditHead: ...
 
-    async def audit_append(self, expected: AuditHead, records: list[dict[str, Any]]) -> bool:
+    async def audit_append(self, expected: AuditHead, records: list[AuditRecord]) -> bool:
         """Append already-chained records if the chain still ends at `expected`; else append
         nothing and return False (another writer got there first: re-chain and retry).
         Record i must carry `seq == expected.seq + 1 + i`."""
         ...
 
-    async def audit_range(self, first_seq: int, limit: int) -> list[dict[str, Any]]:
+    async def audit_range(self, first_seq: int, limit: int) -> list[AuditRecord]:
         """Records with seq >= first_seq, in chain order, at most `limit`."""
         ...
 

@@ -22,7 +22,7 @@ from gateway.store import sqlite_approvals as approvals
 from gateway.store import sqlite_releases as releases
 from gateway.store import sqlite_sessions as sessions
 from gateway.store.approval_record import Approval, Decision
-from gateway.store.audit_batch import check_batch
+from gateway.store.audit_batch import AuditRecord, check_batch
 from gateway.store.base import (
     AdmitRequest,
     AdmitResult,
@@ -94,11 +94,11 @@ class EmbeddedStore:
     async def audit_head(self) -> AuditHead:
         return await self._run(lambda db: SqliteDb.audit_mark(db, "head"))
 
-    async def audit_append(self, expected: AuditHead, records: list[dict[str, Any]]) -> bool:
+    async def audit_append(self, expected: AuditHead, records: list[AuditRecord]) -> bool:
         check_batch(expected, records)
         return await self._run(lambda db: SqliteDb.audit_append(db, expected, records))
 
-    async def audit_range(self, first_seq: int, limit: int) -> list[dict[str, Any]]:
+    async def audit_range(self, first_seq: int, limit: int) -> list[AuditRecord]:
         if limit <= 0:
             return []
         return await self._run(lambda db: SqliteDb.audit_range(db, first_seq, limit))

@@ -22,7 +22,7 @@ from redis.backoff import NoBackoff
 from gateway.settings import RedisStoreSettings
 from gateway.store import keys
 from gateway.store.approval_record import Approval, Decision
-from gateway.store.audit_batch import canonical, check_batch
+from gateway.store.audit_batch import AuditRecord, canonical, check_batch
 from gateway.store.base import (
     WINDOW_S,
     AdmitRequest,
@@ -203,22 +203,22 @@ class RedisStore:
         with unavailable("audit_head"):
             return _head(await self._redis.hmget(keys.audit_head(self._prefix), ["seq", "hash"]))
 
-    async def audit_append(self, expected: AuditHead, records: list[dict[str, Any]]) -> bool:
+    async def audit_append(self, expected: AuditHead, records: list[AuditRecord]) -> bool:
         check_batch(expected, records)
         args: list[str | int | bytes] = [expected.seq, expected.hash]
         for record in records:
-            args += [record["seq"], record["hash"], canonical(record)]
+            args += [record.seq, record.hash, canonical(record.to_dict())]
         names = [keys.audit_head(self._prefix), keys.audit_stream(self._prefix)]
         with unavailable("audit_append"):
             return bool(await self._audit_append(keys=names, args=args))
 
-    async def audit_range(self, first_seq: int, limit: int) -> list[dict[str, Any]]:
+    async def audit_range(self, first_seq: int, limit: int) -> list[AuditRecord]:
         if limit <= 0:
             return []
         start = keys.stream_id(max(first_seq, 0))
         with unavailable("audit_range"):
             entries = await self._redis.xrange(keys.audit_stream(self._prefix), min=start, count=limit)
-        return [orjson.loads(fields[b"r"]) for _, fields in entries or [] if fields]
+        return [AuditRecord.from_json(fields[b"r"]) for _, fields in entries or [] if fields]
 
     async def audit_trim(self, before_seq: int, anchor: AuditHead) -> None:
         with unavailable("audit_trim"):

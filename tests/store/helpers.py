@@ -9,7 +9,7 @@ import uuid
 from typing import Any
 
 from gateway.store.approval_record import Approval, ExcerptMessage
-from gateway.store.base import AdmitRequest, AdmitResult, AuditHead, KeyRecord, Limits, QuotaScope, Store
+from gateway.store.base import AdmitRequest, AdmitResult, AuditHead, AuditRecord, KeyRecord, Limits, QuotaScope, Store
 
 
 def key_record(key_id: str, tenant: str = "acme", created_at: float = 1000.0, **changes: Any) -> KeyRecord:
@@ -49,12 +49,12 @@ async def admit_all(store: Store, requests: list[AdmitRequest]) -> list[AdmitRes
     return [await store.admit(r) for r in requests]
 
 
-def chained(head: AuditHead, count: int, writer: str = "w") -> list[dict[str, Any]]:
+def chained(head: AuditHead, count: int, writer: str = "w") -> list[AuditRecord]:
     records, prev = [], head.hash
     for seq in range(head.seq + 1, head.seq + 1 + count):
         body = {"seq": seq, "prev": prev, "writer": writer, "detail": {"b": [1, 2], "a": None}}
         prev = hashlib.sha256(repr(body).encode()).hexdigest()
-        records.append({**body, "hash": prev})
+        records.append(AuditRecord.from_dict({**body, "hash": prev}))
     return records
 
 
