@@ -28,6 +28,7 @@ from typing import Any
 import orjson
 
 from gateway.errors import StoreUnavailable
+from gateway.store.audit_batch import canonical
 from gateway.store.base import AuditHead, Store
 
 log = logging.getLogger(__name__)
@@ -36,10 +37,6 @@ _PAGE = 1000
 
 
 MAC = "hmac-sha256"  # the `mac` field of a record whose hash is an HMAC under `audit.hmac_key`
-
-
-def canonical(record: dict[str, Any]) -> bytes:
-    return orjson.dumps(record, option=orjson.OPT_SORT_KEYS)
 
 
 def record_hash(record: dict[str, Any], key: bytes = b"") -> str:

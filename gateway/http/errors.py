@@ -12,10 +12,13 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
+from common.problems import key_path
 from gateway.errors import GatewayError
 
 log = logging.getLogger(__name__)
 
+# FastAPI's first part of a request error's location: where in the request, not a key of the body.
+_REQUEST_PARTS = frozenset({"body", "query", "path"})
 _HTTP_CODES = {404: ("not_found_error", "not_found"), 405: ("invalid_request_error", "method_not_allowed")}
 
 
@@ -50,7 +53,7 @@ async def _on_http_exception(request: Request, exc: Exception) -> Response:
 async def _on_validation_error(_: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
     first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
-    param = ".".join(str(p) for p in first["loc"] if p not in ("body", "query", "path"))
+    param = key_path(first["loc"], skip=_REQUEST_PARTS.__contains__)
     return _json(
         400,
         error_body(f"Invalid value for '{param}': {first['msg']}", "invalid_request_error", "invalid_value", param),
