@@ -227,11 +227,6 @@ class AuditWriter:
         await self.reserve()
         self.submit_reserved(body)
 
-    async def write_now(self, body: dict[str, Any]) -> None:
-        """Append one record synchronously (CLI commands, which have no background writer)."""
-        await self.submit(body)
-        await self.flush()
-
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="audit-writer")
 
