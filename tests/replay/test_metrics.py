@@ -128,8 +128,9 @@ def test_durations_slos_and_gates_parse() -> None:
 
 def test_gates_judge_the_summary_and_a_missing_value_fails() -> None:
     summary = {"success_rate": 0.98, "goodput": None, "latency": {"ttft": {"p99": 0.5}}}
-    results = judge_gates([parse_gate("success_rate>=0.99"), parse_gate("ttft_p99<=800ms"),
-                           parse_gate("goodput>=0.9")], summary)  # fmt: skip
+    results = judge_gates(
+        [parse_gate("success_rate>=0.99"), parse_gate("ttft_p99<=800ms"), parse_gate("goodput>=0.9")], summary
+    )
     assert [(r["value"], r["passed"]) for r in results] == [(0.98, False), (0.5, True), (None, False)]
 
 
