@@ -22,12 +22,25 @@ _REQUEST_PARTS = frozenset({"body", "query", "path"})
 _HTTP_CODES = {404: ("not_found_error", "not_found"), 405: ("invalid_request_error", "method_not_allowed")}
 
 
+INTERNAL_ERROR = "Internal error in the gateway"
+
+
 def error_body(message: str, error_type: str, code: str, param: str | None = None) -> dict[str, Any]:
     return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
 
 
 def gateway_error_body(error: GatewayError) -> dict[str, Any]:
     return error_body(error.public_message, error.type, error.code, error.param)
+
+
+def stream_failure(exc: Exception) -> GatewayError:
+    """What a stream that failed after its first chunk tells its client, in band: a GatewayError
+    as it is; anything else is a bug, logged with its traceback and told as an internal error (the
+    in-band 500). Both stream writers use it: the session producer and the sessionless stream."""
+    if isinstance(exc, GatewayError):
+        return exc
+    log.error("a stream failed after its first chunk", exc_info=exc)
+    return GatewayError(INTERNAL_ERROR)
 
 
 def _json(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> Response:
@@ -63,7 +76,7 @@ async def _on_validation_error(_: Request, exc: Exception) -> Response:
 async def _on_unexpected(request: Request, exc: Exception) -> Response:
     # A bug, not bad input: log it with its traceback and answer in the shape clients parse.
     log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-    return _json(500, error_body("Internal error in the gateway", "api_error", "internal_error"))
+    return _json(500, error_body(INTERNAL_ERROR, "api_error", "internal_error"))
 
 
 def install_error_handlers(app: FastAPI) -> None:
