@@ -176,7 +176,8 @@ class Admit:
             if self._settings.on_store_error is FailMode.CLOSED:
                 raise
             self.fail_open_count += 1
-            ctx.quota_note = "fail_open: store unavailable, request not metered"
+            # The store's own words say which outage it was (refused, timed out, pool exhausted).
+            ctx.quota_note = f"fail_open: store unavailable, request not metered ({str(error)[:160]})"
             return None
         ctx.response_headers.update(rate_limit_headers(result.usage, scopes))
         if not result.admitted:

@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import httpx
 import yaml
@@ -91,9 +91,10 @@ def running_gateway(
     env: dict[str, str] | None = None,
     admin_key: str | None = None,
     args: tuple[str, ...] = (),
+    stderr: IO[str] | None = None,
 ) -> Iterator[Gateway]:
-    """A gateway process (`args`: more `gateway serve` options); replicas of one deployment share
-    `admin_key` (and the config's store)."""
+    """A gateway process (`args`: more `gateway serve` options; its log goes to `stderr`, by default
+    the test's); replicas of one deployment share `admin_key` (and the config's store)."""
     config = {"store": {"kind": "embedded", "path": str(tmp_path / "data")}, **config}
     path = tmp_path / f"gateway-{uuid.uuid4().hex[:8]}.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -101,6 +102,7 @@ def running_gateway(
     process = start_announcing(
         ["gateway", "serve", "--config", str(path), "--port", "0", *args],
         env={"GATEWAY_ADMIN_KEY": admin_key, **(env or {})},
+        stderr=stderr,
     )
     try:
         gateway = Gateway(process, admin_key, "", path)

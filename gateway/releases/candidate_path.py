@@ -5,6 +5,9 @@ tool policy. So the eval cases are sent, in process, through the same stages as 
 (`app.py`'s list), with two differences: the promoting operator stands in for the key (no secret
 crosses any socket), and quota admission is left out (preflight traffic is no tenant's). The
 `X-Gateway-Release` header then pins the candidate, as it does for an admin key over HTTP.
+
+The replay smoke run measures timings over real HTTP from a child process, so it gets the same app
+on a one-time local listener instead (candidate_listener.py).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from collections.abc import AsyncGenerator, Sequence
 
 import httpx
 from starlette.applications import Starlette
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.auth import Authenticate, Authenticator
 from gateway.backends.base import Chunk
@@ -62,6 +65,11 @@ class CandidatePath:
         self._server = server
 
     def transport(self, actor: Principal, version: str) -> httpx.AsyncBaseTransport:
+        """In process: the eval cases need whole responses only (httpx buffers them)."""
+        return httpx.ASGITransport(app=self.app(actor, version))
+
+    def app(self, actor: Principal, version: str) -> ASGIApp:
+        """The request path as an ASGI app, pinned to `version`, `actor` as the caller."""
         kept = [s for s in self._stages if not isinstance(s, Admit)]
         stages = [_AsActor(actor) if isinstance(s, Authenticate) else s for s in kept]
         api = OpenAIApi(compose(stages, self._terminal), self._authenticator, None, self._tenancy, self._server)
@@ -75,4 +83,4 @@ class CandidatePath:
                 scope = {**scope, "headers": [*headers, pin]}
             await app(scope, receive, send)
 
-        return httpx.ASGITransport(app=pinned)
+        return pinned

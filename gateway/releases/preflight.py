@@ -3,7 +3,8 @@
 The checkpoint's files match its manifest; each deployment is healthy (a rollback may bring one
 back with its load hook) and serves the pinned checkpoint (served.py); the eval set passes through
 this gateway's own request path pinned to the candidate (candidate_path.py); a replay smoke run
-meets its SLOs. Every problem is named, not only the first.
+through the same path, served on a one-time local listener (candidate_listener.py), meets its
+SLOs. Every problem is named, not only the first.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import orjson
 
 from gateway.errors import GatewayError
 from gateway.principal import Principal
+from gateway.releases.candidate_listener import serve_once
 from gateway.releases.candidate_path import BASE_URL as CANDIDATE_BASE_URL
 from gateway.releases.load_hooks import bring_up as bring_up_deployment
 from gateway.releases.served import mismatches, served_roots
@@ -63,7 +65,7 @@ class PreflightChecks:
         if run_evals and not problems:
             problems += await self._eval_problems(record, actor)
         if not problems:
-            problems += await self._smoke_problems(record)
+            problems += await self._smoke_problems(record, actor)
         if problems:
             raise PreflightFailed(f"{record['model']}@{record['version']}: " + "; ".join(problems))
         return serving
@@ -157,13 +159,21 @@ class PreflightChecks:
         target = next(d for d in group.deployments if d.name in record["deployments"]).settings
         return await run_eval(eval_set, str(target.api_base), target.api_key, target.model)
 
-    async def _smoke_problems(self, record: dict[str, Any]) -> list[str]:
+    async def _smoke_problems(self, record: dict[str, Any], actor: Principal | None) -> list[str]:
         smoke = record.get("smoke")
         if not smoke:
             return []
-        group = self._group(record["model"])
-        target = next(d for d in group.deployments if d.name in record["deployments"]).settings
-        problem = await run_smoke(smoke, target.api_base, target.api_key, target.model)
+        if self.candidate_path is not None and actor is not None:
+            app = self.candidate_path.app(actor, record["version"])
+            async with serve_once(app) as listener:
+                problem = await run_smoke(smoke, listener.base_url, listener.token, record["model"])
+        else:
+            # As for the eval cases: without a running gateway, the release's first deployment,
+            # with the release's prompt in front of each sample (no tool policy applies).
+            group = self._group(record["model"])
+            target = next(d for d in group.deployments if d.name in record["deployments"]).settings
+            prompt = record["prompt"]["system_prompt"] or ""
+            problem = await run_smoke(smoke, str(target.api_base), target.api_key or "", target.model, prompt)
         return [f"replay smoke run: {problem}"] if problem else []
 
 

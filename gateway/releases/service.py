@@ -175,11 +175,11 @@ class ReleaseService(PreflightChecks, CanaryOps):
         record = await self.release(model, target)
         # The old release passed its evals already; its deployments may need bringing back.
         serving = await self._checked(
-            actor, "release.rollback", record, self.preflight(record, run_evals=False, bring_up=True)
+            actor, "release.rollback", record, self.preflight(record, run_evals=False, bring_up=True, actor=actor)
         )
         result = await self._switch(actor, model, target, "release.rollback", reason, serving)
         try:  # verified after the switch too; the switch stands either way, so report, not raise
-            await self.preflight(record, run_evals=False)
+            await self.preflight(record, run_evals=False, actor=actor)
         except PreflightFailed as problem:
             log.warning("after rolling back %s to %s: %s", model, target, problem.message)
             return {**result, "post_check": problem.message}

@@ -15,6 +15,7 @@ judged is what was measured about the release:
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import tempfile
 from collections.abc import Mapping
@@ -25,34 +26,79 @@ import orjson
 
 _TIMEOUT_S = 300.0
 _OUTPUT_LINES = 3
+_ENDPOINT_VARIABLES = frozenset({"REPLAY_BASE_URL", "OPENAI_BASE_URL", "REPLAY_API_KEY", "OPENAI_API_KEY"})
 
 
-async def run_smoke(smoke: dict[str, Any], base_url: str, api_key: str, model: str) -> str | None:
-    """None when the smoke run met its bar, else the reason, in words an operator can act on."""
+async def run_smoke(
+    smoke: dict[str, Any], base_url: str, api_key: str, model: str, system_prompt: str = ""
+) -> str | None:
+    """None when the smoke run met its bar, else the reason, in words an operator can act on.
+
+    `system_prompt` goes in front of every sample, for a run that does not go through the gateway
+    (which would put the release's prompt there itself)."""
     with tempfile.TemporaryDirectory(prefix="agw-smoke-") as scratch:
         out = Path(scratch) / "result.json"
-        command = [sys.executable, "-m", "gateway", "replay", "run", smoke["samples"], "--base-url", base_url,
-                   "--model", model, "--count", str(smoke["count"]), "--concurrency", "2", "--max-tokens", "16",
-                   "--min-success-rate", "0", "--allow-lag", "--quiet", "--out", str(out)]  # fmt: skip
-        for metric in ("ttft", "tpot"):
-            if smoke.get(f"slo_{metric}_ms"):
-                command += ["--slo", f"{metric}={smoke[f'slo_{metric}_ms']:g}ms"]
-        if api_key:
-            command += ["--api-key", api_key]
+        samples = Path(smoke["samples"])
+        if system_prompt:
+            samples = _with_system_prompt(samples, system_prompt, Path(scratch) / "samples.jsonl")
+        command, env = smoke_command(smoke, samples, base_url, api_key, model, out)
         process = await asyncio.create_subprocess_exec(
-            *command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+            *command, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
         )
         try:
             async with asyncio.timeout(_TIMEOUT_S):
                 output, _ = await process.communicate()
-        except TimeoutError:
-            process.kill()
-            await process.wait()
-            return f"did not finish within {_TIMEOUT_S:g}s"
+        except BaseException as stopped:  # timed out, or the preflight was cancelled: no orphan
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+            if isinstance(stopped, TimeoutError):
+                return f"did not finish within {_TIMEOUT_S:g}s"
+            raise
         if not out.is_file():
             tail = " / ".join(output.decode(errors="replace").strip().splitlines()[-_OUTPUT_LINES:])
             return f"the replay did not run (exit {process.returncode}): {tail}"
         return smoke_verdict(orjson.loads(out.read_bytes()), float(smoke.get("min_goodput", 1.0)))
+
+
+def smoke_command(
+    smoke: Mapping[str, Any], samples: Path, base_url: str, api_key: str, model: str, out: Path
+) -> tuple[list[str], dict[str, str]]:
+    """The replay's command line and environment. The key and the address travel in the
+    environment: a command line is readable by every user of the machine (ps, /proc)."""
+    command = [sys.executable, "-m", "gateway", "replay", "run", str(samples), "--model", model,
+               "--count", str(smoke["count"]), "--concurrency", "2", "--max-tokens", "16",
+               "--min-success-rate", "0", "--allow-lag", "--quiet", "--out", str(out)]  # fmt: skip
+    for metric in ("ttft", "tpot"):
+        if smoke.get(f"slo_{metric}_ms"):
+            command += ["--slo", f"{metric}={smoke[f'slo_{metric}_ms']:g}ms"]
+    # Whatever the gateway's own environment says about some other endpoint must not leak in.
+    env = {name: value for name, value in os.environ.items() if name not in _ENDPOINT_VARIABLES}
+    env["REPLAY_BASE_URL"] = base_url
+    if api_key:
+        env["REPLAY_API_KEY"] = api_key
+    return command, env
+
+
+def _with_system_prompt(samples: Path, prompt: str, copy: Path) -> Path:
+    """A copy of `samples` (our JSONL) with `prompt` as the first message of each; the original
+    when it cannot be read, so that the replay reports why."""
+    from replay.samples import SampleError, load_samples
+
+    try:
+        loaded = load_samples(samples)
+    except SampleError:
+        return samples
+    system = {"role": "system", "content": prompt}
+    lines = []
+    for sample in loaded.samples:
+        line = {**sample.body, "messages": [system, *sample.body.get("messages", [])], "id": sample.id}
+        for meta in ("expect_finish_reason", "expect_tool_call"):
+            if getattr(sample, meta) is not None:
+                line[meta] = getattr(sample, meta)
+        lines.append(orjson.dumps(line))
+    copy.write_bytes(b"\n".join(lines) + b"\n")
+    return copy
 
 
 def smoke_verdict(result: Mapping[str, Any], min_goodput: float) -> str | None:

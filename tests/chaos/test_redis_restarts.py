@@ -35,7 +35,10 @@ PREFIX = "chaos"
 def config(sim: Announced, server: PrivateRedis) -> dict[str, Any]:
     return gateway_config(
         deployment("a", sim, max_inflight=1000),
-        store={"kind": "redis", "url": server.url, "key_prefix": PREFIX, "socket_timeout_s": 0.5},
+        # A killed server refuses connections at once, so the socket timeout plays no part in the
+        # outages; it is generous because Redis here fsyncs every write (AOF, always), which on a
+        # busy disk stalled one call past 0.5 s and turned a recovered replica's request fail-open.
+        store={"kind": "redis", "url": server.url, "key_prefix": PREFIX, "socket_timeout_s": 3},
         quota={"on_store_error": "fail_open"},
         routing={"retry": {"max_attempts": 1}},
     )
@@ -119,4 +122,6 @@ async def test_redis_killed_and_restarted_under_load_loses_nothing(tmp_path: Pat
     assert metered <= counted <= metered + fail_open
     final_records = [r for r in records if r.get("request_id") in set(final.request_ids)]
     assert final.statuses == Counter({200: 16})
-    assert [r["quota_note"] for r in final_records] == [None] * 16, "a replica still cannot meter"
+    notes = [(r["request_id"], r["quota_note"]) for r in final_records if r["quota_note"] is not None]
+    assert len(final_records) == 16
+    assert not notes, f"a replica still cannot meter: {notes}"

@@ -26,7 +26,8 @@ async def test_a_wiped_redis_makes_replicas_not_ready_and_audit_verify_report_th
     with private_redis(tmp_path) as server:
         config = gateway_config(
             deployment("a", sim_pair[0]),
-            store={"kind": "redis", "url": server.url, "key_prefix": "chaos", "socket_timeout_s": 0.5},
+            # Killed, not stalled: refusals are immediate; the timeout only has to outlast a slow fsync.
+            store={"kind": "redis", "url": server.url, "key_prefix": "chaos", "socket_timeout_s": 2},
         )
         with running_gateway(tmp_path, config) as gateway:
             await wait_ready(gateway, within_s=20)

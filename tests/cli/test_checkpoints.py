@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 from click.testing import CliRunner, Result
 
 from gateway.cli.checkpoints import checkpoints_group
@@ -127,3 +128,24 @@ def test_latest_valid_exits_1_when_nothing_verifies(root: Path, tmp_path: Path) 
 def test_latest_valid_with_empty_registry_exits_1(root: Path) -> None:
     result = invoke("latest-valid", "--root", str(root))
     assert result.exit_code == 1
+
+
+def test_a_gateway_config_names_the_registry_like_for_every_other_command(root: Path, tmp_path: Path) -> None:
+    register(root, make_dcp(tmp_path / "a1"), "alpha", 1)
+    config = tmp_path / "gw.yaml"
+    deployment = {"name": "a", "api_base": "http://127.0.0.1:9/v1", "model": "m"}
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "models": [{"name": "m", "deployments": [deployment]}],
+                "releases": {"checkpoint_registry": str(root)},
+            }
+        )
+    )
+    listed = invoke("list", "--config", str(config))
+    assert listed.exit_code == 0, listed.output
+    assert listed.output.splitlines()[1].split()[0] == "alpha@1"
+    assert invoke("verify", "alpha@1", "--config", str(config)).exit_code == 0
+    other = invoke("list", "--config", str(config), "--root", str(tmp_path / "elsewhere"))
+    assert other.exit_code == 2, other.output
+    assert "is not the registry" in other.output

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -102,6 +103,9 @@ def test_the_page_refreshes_itself_shows_the_context_and_approves_with_a_reason(
     text = driver.find_element(By.CSS_SELECTOR, row).text  # type: ignore[attr-defined]
     for context in ("please act", "agent", "high", "defer", "send_email"):  # excerpt, policy, risk, mode, tool
         assert context in text, f"{context!r} not shown in {text!r}"
+    # When it was asked, and the deadline that matters to the approver, not the record's lifetime.
+    assert "requested " in text, text
+    assert "deferred: decide before " in text, text
     id_cell = driver.find_element(By.CSS_SELECTOR, f"{row} .approval-id")  # type: ignore[attr-defined]
     assert id_cell.value_of_css_property("white-space") == "nowrap", "ids are not wrapped mid-word"
     driver.find_element(By.CSS_SELECTOR, f"{row} input.reason").send_keys("checked the recipient")  # type: ignore[attr-defined]
@@ -116,3 +120,33 @@ def test_the_page_refreshes_itself_shows_the_context_and_approves_with_a_reason(
     ).json()
     assert record["status"] == "approved"
     assert record["decision_reason"] == "checked the recipient"
+
+
+def test_a_waiting_calls_row_shows_when_the_agent_stops_waiting_not_the_records_lifetime(
+    browser: object, gateway: Gateway
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    _, approver = gateway.create_key(scopes=["approver"])
+    with ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(ask, gateway, gateway.key, "refund_payment", choose="refund_payment")  # wait mode, 20 s
+        driver = browser
+        driver.get(f"{gateway.url}/admin/ui/approvals")  # type: ignore[attr-defined]
+        driver.find_element(By.ID, "key").send_keys(approver)  # type: ignore[attr-defined]
+        driver.find_element(By.ID, "load").click()  # type: ignore[attr-defined]
+        rows = WebDriverWait(driver, 15).until(
+            lambda d: [r for r in d.find_elements(By.CSS_SELECTOR, "tr[data-id]") if "refund_payment" in r.text]
+        )
+        approval_id = rows[0].get_attribute("data-id")
+        record = httpx.get(
+            f"{gateway.url}/admin/approvals/{approval_id}", headers=gateway.headers(approver), timeout=10
+        ).json()
+        assert record["wait_deadline"] < record["expires_at"] - 60  # 20 s wait, 600 s record
+        shown = driver.execute_script(  # type: ignore[attr-defined]
+            "return new Date(arguments[0] * 1000).toLocaleTimeString()", record["wait_deadline"]
+        )
+        assert f"agent waits until {shown}" in rows[0].text, rows[0].text
+        assert "wait mode" in rows[0].text
+        rows[0].find_element(By.CSS_SELECTOR, "button.approve").click()
+        assert waiting.result(timeout=30).status_code == 200

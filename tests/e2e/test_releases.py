@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import signal
 import socket
@@ -12,7 +13,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -232,12 +233,37 @@ def test_cli_rollback_switches_the_running_replicas(setup: dict[str, Any]) -> No
     assert wait_for_answer(two, setup["texts"]["v1"], within_s=1.0) < 1.0
 
 
-def test_roll_back_button_on_the_releases_page(setup: dict[str, Any], tmp_path: Path) -> None:
-    chromium, chromedriver = shutil.which("chromium"), shutil.which("chromedriver")
-    if not (chromium and chromedriver):
+@contextmanager
+def chromium(tmp_path: Path) -> Iterator[Any]:
+    """A headless Chromium driven by selenium (Debian's chromium and chromium-driver)."""
+    binary, chromedriver = shutil.which("chromium"), shutil.which("chromedriver")
+    if not (binary and chromedriver):
         pytest.skip("needs Debian's chromium and chromium-driver (.ci/run installs them)")
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    flags = ["--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync"]
+    flags += ["--disable-background-networking", "--disable-component-update", f"--user-data-dir={tmp_path / 'ui'}"]
+    for flag in flags:
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(executable_path=chromedriver), options=options)
+    driver.set_window_size(1400, 900)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def screenshot(driver: Any, name: str) -> None:
+    """Kept as a test artifact (CI uploads test-artifacts/)."""
+    artifacts = Path(__file__).resolve().parents[2] / "test-artifacts"
+    artifacts.mkdir(exist_ok=True)
+    driver.save_screenshot(str(artifacts / name))
+
+
+def test_roll_back_button_on_the_releases_page(setup: dict[str, Any], tmp_path: Path) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as until
     from selenium.webdriver.support.ui import WebDriverWait
@@ -245,14 +271,7 @@ def test_roll_back_button_on_the_releases_page(setup: dict[str, Any], tmp_path: 
     one, two = setup["replicas"]
     admin(one, "promote", {"version": "v1"}).raise_for_status()
     admin(one, "promote", {"version": "v2"}).raise_for_status()
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    flags = ["--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync"]
-    flags += ["--disable-background-networking", "--disable-component-update", f"--user-data-dir={tmp_path / 'ui'}"]
-    for flag in flags:
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(executable_path=chromedriver), options=options)
-    try:
+    with chromium(tmp_path) as driver:
         driver.get(f"{one.url}/admin/ui/releases?model={MODEL}")
         driver.find_element(By.ID, "key").send_keys(one.admin_key)
         driver.find_element(By.ID, "load").click()
@@ -272,14 +291,67 @@ def test_roll_back_button_on_the_releases_page(setup: dict[str, Any], tmp_path: 
         WebDriverWait(driver, 15).until(
             until.text_to_be_present_in_element((By.ID, "status"), "rolled back: active v1")
         )
-        screenshots = Path(__file__).resolve().parents[2] / "test-artifacts"
-        screenshots.mkdir(exist_ok=True)
-        driver.save_screenshot(str(screenshots / "releases-page.png"))
-    finally:
-        driver.quit()
+        screenshot(driver, "releases-page.png")
     assert wait_for_answer(two, setup["texts"]["v1"], within_s=1.0) < 1.0
     rollbacks = [h for h in overview(one)["history"] if h["action"] == "release.rollback"]
     assert [(h["from"], h["to"], h["reason"]) for h in rollbacks] == [("v2", "v1", "TPOT regression")]
+
+
+def canary_status(gateway: Gateway) -> dict[str, Any]:
+    url = f"{gateway.url}/admin/models/{MODEL}/canary"
+    return dict(httpx.get(url, headers=gateway.headers(gateway.admin_key), timeout=10).json())
+
+
+def test_the_canary_section_of_the_releases_page_shows_live_figures_and_stops_after_confirmation(
+    setup: dict[str, Any], tmp_path: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as until
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    one, _ = setup["replicas"]
+    admin(one, "promote", {"version": "v1"}).raise_for_status()
+    create(one, version="v3", deployments=["new"], system_prompt="You are v3.")
+    canary = {"version": "v3", "share": 0.5, "window_s": 60, "max_latency_ratio": 100}  # equal sims: noise only
+    started = httpx.post(
+        f"{one.url}/admin/models/{MODEL}/canary", json=canary, headers=one.headers(one.admin_key), timeout=60
+    )
+    assert started.status_code == 200, started.text
+    with chromium(tmp_path) as driver:
+        driver.get(f"{one.url}/admin/ui/releases?model={MODEL}")
+        driver.find_element(By.ID, "key").send_keys(one.admin_key)
+        driver.find_element(By.ID, "load").click()
+        WebDriverWait(driver, 15).until(
+            until.text_to_be_present_in_element((By.ID, "canary"), "v3 gets 50% of new requests")
+        )
+        assert "candidate: 0 requests" in driver.find_element(By.ID, "canary").text
+        for _ in range(200):  # bounded: each request goes to the candidate with probability 1/2
+            answer(one)
+            if canary_status(one)["stats"]["candidate"]["requests"] >= 2:
+                break
+        # The page shows the new figures without another click: it refreshes itself.
+        WebDriverWait(driver, 15).until(
+            lambda d: re.search(r"candidate: [1-9]\d* requests, errors 0\.0%", d.find_element(By.ID, "canary").text)
+        )
+        assert re.search(r"active: [0-9]+ requests", driver.find_element(By.ID, "canary").text)
+        screenshot(driver, "releases-page-canary.png")
+        stop = driver.find_element(By.ID, "stop-canary")
+        stop.click()
+        WebDriverWait(driver, 5).until(until.alert_is_present())
+        assert "Stop the canary?" in driver.switch_to.alert.text
+        driver.switch_to.alert.dismiss()  # changed their mind: nothing is sent
+        assert canary_status(one)["canary"]["version"] == "v3"
+        stop.click()
+        WebDriverWait(driver, 5).until(until.alert_is_present())
+        driver.switch_to.alert.accept()
+        WebDriverWait(driver, 15).until(until.text_to_be_present_in_element((By.ID, "status"), "canary stopped"))
+        assert driver.find_element(By.ID, "canary").text == "no canary running"
+        assert not driver.find_element(By.ID, "stop-canary").is_displayed()
+    assert canary_status(one)["canary"] is None
+    assert overview(one)["active"] == "v1", "stopping a canary keeps the active release"
+    ended = admin_records(one, "release.canary.rollback")
+    assert ended
+    assert ended[0]["reason"] == "ended by an operator"
 
 
 def free_port() -> int:
@@ -432,11 +504,54 @@ def test_promotion_runs_a_replay_smoke_run_against_the_release(setup: dict[str, 
     assert "replay smoke run: goodput 0.00 below the required 1: 4 of 4 requests missed ttft<=0.001ms" in message
 
 
+def smoke_samples(path: Path, **extra: Any) -> Path:
+    lines = [{"messages": [{"role": "user", "content": f"smoke {i}"}], **extra} for i in range(4)]
+    path.write_bytes(b"\n".join(orjson.dumps(line) for line in lines))
+    return path
+
+
+def test_the_smoke_run_goes_through_the_gateway_pinned_to_the_candidate(setup: dict[str, Any], tmp_path: Path) -> None:
+    one, _ = setup["replicas"]
+    admin(one, "promote", {"version": "v1"}).raise_for_status()
+    plain = smoke_samples(tmp_path / "plain.jsonl")
+    # Requests the model server answers, but the gateway refuses (403): the tool policy forbids
+    # the tool they force. A gate that skips the gateway would pass a release its users cannot use.
+    email = {"type": "function", "function": {"name": "send_email", "parameters": {"type": "object"}}}
+    forcing = smoke_samples(tmp_path / "forcing.jsonl", tools=[email], tool_choice={"type": "function",
+                            "function": {"name": "send_email"}})  # fmt: skip
+    smoke = {"deployments": ["new"], "system_prompt": "You are v2.", "smoke_count": 4, "smoke_slo_ttft_ms": 5000}
+    create(one, version="v3", smoke_samples=str(plain), **smoke)
+    create(one, version="v4", smoke_samples=str(forcing), **smoke)
+
+    promoted = admin(one, "promote", {"version": "v3"})
+    assert promoted.status_code == 200, promoted.text
+    refused = admin(one, "promote", {"version": "v4"})
+    assert refused.status_code == 409, refused.text
+    message = refused.json()["error"]["message"]
+    assert "replay smoke run: 4 of 4 requests failed: http_403" in message, message
+    assert "send_email" in message, message
+    deadline = time.monotonic() + 10  # the audit writer flushes in the background: poll, bounded
+    while True:
+        audit = httpx.get(
+            f"{one.url}/admin/audit",
+            params={"kind": "request", "limit": 1000},
+            headers=one.headers(one.admin_key),
+            timeout=10,
+        ).json()["data"]
+        smoked = [r for r in audit if r["release"] == "v3"]
+        if len(smoked) >= 4 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert len(smoked) >= 4, "the smoke requests went through the gateway, pinned to the candidate"
+    assert overview(one)["active"] == "v3"
+
+
 def test_a_failing_canary_is_rolled_back_automatically(sims: list[Announced], tmp_path: Path) -> None:
     from tests.procs import set_faults
 
     config = gateway_config(deployment("old", sims[0]), deployment("new", sims[1], priority=1))
-    with running_gateway(tmp_path, config) as gateway:
+    log_path = tmp_path / "gateway.log"
+    with log_path.open("w") as log, running_gateway(tmp_path, config, stderr=log) as gateway:
         base = f"{gateway.url}/admin/models/{MODEL}"
         headers = gateway.headers(gateway.admin_key)
         for version, name in (("v1", "old"), ("v2", "new")):
@@ -477,6 +592,10 @@ def test_a_failing_canary_is_rolled_back_automatically(sims: list[Announced], tm
         metrics = httpx.get(f"{gateway.url}/metrics", timeout=10).text
         aborted = [line for line in metrics.splitlines() if line.startswith("gateway_canary_aborted")]
         assert any('version="v2"' in line and line.endswith(" 1.0") for line in aborted), aborted
+    logged = [line for line in log_path.read_text().splitlines() if "ended automatically" in line]
+    assert len(logged) == 1, "one log line says the canary was aborted, and why"
+    assert "canary v2 of sim-model" in logged[0], logged
+    assert "error rate" in logged[0], logged
 
 
 def create(gateway: Gateway, **spec: Any) -> None:

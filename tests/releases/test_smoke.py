@@ -8,9 +8,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.releases.smoke import run_smoke, smoke_verdict
+from gateway.releases.candidate_listener import serve_once
+from gateway.releases.smoke import run_smoke, smoke_command, smoke_verdict
+from gateway.sim.app import create_sim_app
+from gateway.sim.profile import SimProfile
 from replay.metrics import Slo, summarize
 from replay.record import RequestRecord
 from replay.report import result_document
@@ -85,3 +90,72 @@ def test_a_smoke_run_that_cannot_start_says_why(tmp_path: Path) -> None:
     assert refused is not None
     assert refused.startswith("the replay did not run (exit 2)")
     assert "missing.jsonl" in refused
+
+
+def test_the_key_and_the_address_reach_the_replay_in_its_environment_not_on_its_command_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "the-gateways-own-key")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://elsewhere/v1")
+    command, env = smoke_command(
+        smoke(tmp_path), tmp_path / "s.jsonl", "http://127.0.0.1:7/v1", "sk-one-time", "m", tmp_path / "out.json"
+    )
+    assert not any("sk-one-time" in part or "127.0.0.1:7" in part for part in command), command
+    assert (env["REPLAY_API_KEY"], env["REPLAY_BASE_URL"]) == ("sk-one-time", "http://127.0.0.1:7/v1")
+    assert "OPENAI_API_KEY" not in env
+    assert "OPENAI_BASE_URL" not in env
+    _, keyless = smoke_command(smoke(tmp_path), tmp_path / "s.jsonl", "http://x/v1", "", "m", tmp_path / "o.json")
+    assert "REPLAY_API_KEY" not in keyless, "no key: none is sent, not the environment's"
+
+
+def fast_sim() -> ASGIApp:
+    return create_sim_app(SimProfile(ttft_ms=2, tpot_ms=1, jitter=0))
+
+
+def test_a_smoke_run_gets_through_a_listener_that_takes_only_its_token(tmp_path: Path) -> None:
+    async def both() -> tuple[str | None, str | None]:
+        async with serve_once(fast_sim()) as listener:
+            passed = await run_smoke(smoke(tmp_path), listener.base_url, listener.token, "sim-model")
+            refused = await run_smoke(smoke(tmp_path), listener.base_url, "not-the-token", "sim-model")
+        return passed, refused
+
+    passed, refused = asyncio.run(both())
+    assert passed is None
+    assert refused is not None
+    assert refused.startswith("4 of 4 requests failed: http_401"), refused
+
+
+def test_a_direct_smoke_run_puts_the_releases_system_prompt_in_front_of_every_sample(tmp_path: Path) -> None:
+    bodies: list[dict[str, Any]] = []
+    sim = fast_sim()
+
+    async def recording(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await sim(scope, receive, send)
+            return
+        first: Message = await receive()
+        body = first.get("body", b"")
+        while first.get("more_body"):
+            first = await receive()
+            body += first.get("body", b"")
+        bodies.append(orjson.loads(body))
+        replayed = False
+
+        async def again() -> Message:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await sim(scope, again, send)
+
+    async def run() -> str | None:
+        async with serve_once(recording) as listener:
+            return await run_smoke(smoke(tmp_path), listener.base_url, listener.token, "sim-model", "You are v2.")
+
+    assert asyncio.run(run()) is None
+    assert len(bodies) == 4
+    for body in bodies:
+        assert body["messages"][0] == {"role": "system", "content": "You are v2."}, body
+        assert body["messages"][1]["role"] == "user"

@@ -1,0 +1,96 @@
+"""The one-time listener a preflight serves the candidate's request path on: its token only,
+and closed however the preflight ends."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+from starlette.types import Receive, Scope, Send
+
+from gateway.releases.candidate_listener import Listener, serve_once
+
+
+def recording_app(seen: list[dict[bytes, bytes]]) -> object:
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        seen.append(dict(scope["headers"]))
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+        await send({"type": "http.response.body", "body": b"behind the door"})
+
+    return app
+
+
+def refused(listener: Listener) -> bool:
+    try:
+        httpx.get(f"{listener.base_url}/models", timeout=5)
+    except httpx.ConnectError:
+        return True
+    return False
+
+
+async def get(listener: Listener, authorization: str | None) -> httpx.Response:
+    headers = {"authorization": authorization} if authorization is not None else {}
+    async with httpx.AsyncClient(timeout=10) as client:
+        return await client.get(f"{listener.base_url}/models", headers=headers)
+
+
+def test_only_the_one_time_token_gets_through_and_the_app_never_sees_it() -> None:
+    async def scenario(seen: list[dict[bytes, bytes]]) -> Listener:
+        async with serve_once(recording_app(seen)) as listener:  # type: ignore[arg-type]
+            assert listener.base_url.startswith("http://127.0.0.1:")
+            for wrong in (None, "Bearer wrong", f"Bearer {listener.token}x", listener.token, f"Basic {listener.token}"):
+                reply = await get(listener, wrong)
+                assert reply.status_code == 401, wrong
+                assert reply.json()["error"]["code"] == "invalid_api_key"
+            assert seen == [], "a refused request reached the request path"
+            right = await get(listener, f"Bearer {listener.token}")
+            assert right.status_code == 200
+            assert right.text == "behind the door"
+            return listener
+
+    seen: list[dict[bytes, bytes]] = []
+    first = asyncio.run(scenario(seen))
+    assert len(seen) == 1
+    assert b"authorization" not in seen[0], "the token is for the door only"
+    second = asyncio.run(scenario([]))
+    assert second.token != first.token, "a token is good for one preflight"
+
+
+def test_the_listener_is_closed_when_the_preflight_ends() -> None:
+    async def scenario() -> Listener:
+        async with serve_once(recording_app([])) as listener:  # type: ignore[arg-type]
+            assert (await get(listener, None)).status_code == 401  # open while the block runs
+        return listener
+
+    assert refused(asyncio.run(scenario()))
+
+
+def test_the_listener_is_closed_when_the_preflight_is_cancelled_or_fails() -> None:
+    opened: list[Listener] = []
+
+    async def cancelled() -> None:
+        entered = asyncio.Event()
+
+        async def preflight() -> None:
+            async with serve_once(recording_app([])) as listener:  # type: ignore[arg-type]
+                opened.append(listener)
+                entered.set()
+                await asyncio.Event().wait()  # a smoke run that never ends
+
+        task = asyncio.create_task(preflight())
+        await entered.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    async def failing() -> None:
+        async with serve_once(recording_app([])) as listener:  # type: ignore[arg-type]
+            opened.append(listener)
+            raise RuntimeError("the smoke run broke")
+
+    asyncio.run(cancelled())
+    with pytest.raises(RuntimeError, match="the smoke run broke"):
+        asyncio.run(failing())
+    assert len(opened) == 2
+    assert all(refused(listener) for listener in opened)
