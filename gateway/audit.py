@@ -28,6 +28,7 @@ from typing import Any
 import orjson
 
 from gateway.errors import StoreUnavailable
+from gateway.store.audit_batch import canonical
 from gateway.store.base import AuditHead, AuditRecord, AuditStore
 
 log = logging.getLogger(__name__)
@@ -36,10 +37,6 @@ _PAGE = 1000
 
 
 MAC = "hmac-sha256"  # the `mac` field of a record whose hash is an HMAC under `audit.hmac_key`
-
-
-def canonical(record: dict[str, Any]) -> bytes:
-    return orjson.dumps(record, option=orjson.OPT_SORT_KEYS)
 
 
 def record_hash(record: dict[str, Any], key: bytes = b"") -> str:
@@ -232,11 +229,6 @@ class AuditWriter:
     async def submit(self, body: dict[str, Any]) -> None:
         await self.reserve()
         self.submit_reserved(body)
-
-    async def write_now(self, body: dict[str, Any]) -> None:
-        """Append one record synchronously (CLI commands, which have no background writer)."""
-        await self.submit(body)
-        await self.flush()
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="audit-writer")

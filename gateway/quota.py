@@ -14,7 +14,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from dataclasses import dataclass
 from typing import Any
 
@@ -222,7 +222,7 @@ class Admit:
             await asyncio.sleep(delay)
             delay = min(delay * 2, _RETRY_S[1])
 
-    async def _quietly(self, work: Any) -> None:
+    async def _quietly(self, work: Awaitable[object]) -> None:
         try:
             await work
         except StoreUnavailable as error:

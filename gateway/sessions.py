@@ -31,7 +31,8 @@ from typing import Any, TypeVar
 
 from gateway import sse
 from gateway.backends.base import Chunk, Usage
-from gateway.errors import Conflict, GatewayError, InvalidRequest, NotFound, StoreUnavailable
+from gateway.errors import Conflict, InvalidRequest, NotFound, StoreUnavailable
+from gateway.http.errors import error_body, gateway_error_body, stream_failure
 from gateway.pipeline import Handler, RequestContext
 from gateway.principal import Principal
 from gateway.session_log import SessionLog, content_of
@@ -186,22 +187,15 @@ class SessionManager:
                         self._append(live, dumps(rendered))
             if ctx.include_usage:
                 self._append(live, dumps(renderer.render_usage(ctx.usage)))
-        except GatewayError as error:
+        except Exception as exc:  # noqa: BLE001 (a bug too gets a clean end; stream_failure logs it)
+            error = stream_failure(exc)
             if not live.log.events:
                 live.log.fail(error)
                 return
-            self._append(live, dumps(renderer.render_error(error.public_message, error.type, error.code)))
-        except Exception:  # a bug: the client still gets a clean end, and we get the trace
-            log.exception("session producer failed")
-            if not live.log.events:
-                live.log.fail(GatewayError("Internal error in the gateway"))
-                return
-            self._append(
-                live, dumps(renderer.render_error("Internal error in the gateway", "api_error", "internal_error"))
-            )
+            self._append(live, dumps(gateway_error_body(error)))
         except asyncio.CancelledError:
             # `on_client_disconnect: cancel`, or the session was deleted: readers must still see an end.
-            self._finish(live, dumps(renderer.render_error("generation cancelled", "api_error", "cancelled")))
+            self._finish(live, dumps(error_body("generation cancelled", "api_error", "cancelled")))
             raise
         if live.state.transcript is not None:  # opted in (see `_state_of`)
             transcript = (*ctx.body.get("messages", []), answer.message(ctx.resume))

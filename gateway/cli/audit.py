@@ -11,8 +11,9 @@ from typing import Any
 import click
 import orjson
 
-from gateway.audit import Verdict, canonical, check_head, head_mark, iterate, verify_records
+from gateway.audit import Verdict, check_head, head_mark, iterate, verify_records
 from gateway.cli.context import CliContext, config_option, run
+from gateway.store.audit_batch import canonical
 from gateway.store.base import AuditHead, AuditRecord
 
 

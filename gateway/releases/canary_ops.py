@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from gateway.audit import AuditWriter
     from gateway.releases.canary import CanaryMonitor
     from gateway.releases.service import ActiveReleases
+    from gateway.routing.router import ModelGroup
     from gateway.store.base import ReleaseStore
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,7 @@ class CanaryOps:
         canary_monitor: CanaryMonitor
         on_canary_abort: Callable[[str, str], None] | None
 
-        def _group(self, model: str) -> Any: ...
+        def _group(self, model: str) -> ModelGroup: ...
         async def release(self, model: str, version: str) -> dict[str, Any]: ...
         async def refresh(self, model: str) -> None: ...
         async def preflight(

@@ -30,7 +30,7 @@ from gateway.releases.checkpoints import CheckpointRegistry, RegistryError
 from gateway.releases.history import rollback_target
 from gateway.releases.preflight import PreflightChecks, PreflightFailed, Served
 from gateway.routing.health import HealthMonitor
-from gateway.routing.router import Router
+from gateway.routing.router import ModelGroup, Router
 from gateway.store.base import ReleaseStore
 from gateway.store.release_record import HISTORY_CAP
 
@@ -235,7 +235,7 @@ class ReleaseService(PreflightChecks, CanaryOps):
             raise NotFound(f"release {model}@{version} not found")
         return record
 
-    def _group(self, model: str) -> Any:
+    def _group(self, model: str) -> ModelGroup:
         group = self._router.groups.get(model)
         if group is None:
             raise NotFound(f"model '{model}' not found")
