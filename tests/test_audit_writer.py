@@ -34,7 +34,7 @@ async def until(condition: Callable[[], bool], within_s: float = 10.0) -> None:
 
 
 async def records(store: Store) -> list[dict[str, object]]:
-    return [r async for r in iterate(store)]
+    return [r.to_dict() async for r in iterate(store)]
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from gateway.releases.canary import CanaryMonitor
     from gateway.releases.service import ActiveReleases
     from gateway.routing.router import ModelGroup
-    from gateway.store.base import Store
+    from gateway.store.base import ReleaseStore
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ class CanaryOps:
     """Mixed into ReleaseService (whose store, audit log and monitor they use)."""
 
     if TYPE_CHECKING:  # what ReleaseService provides
-        _store: Store
+        _store: ReleaseStore
         _audit: AuditWriter
         _clock: Callable[[], float]
         _aborting: set[str]

@@ -31,7 +31,7 @@ from gateway.releases.history import rollback_target
 from gateway.releases.preflight import PreflightChecks, PreflightFailed, Served
 from gateway.routing.health import HealthMonitor
 from gateway.routing.router import ModelGroup, Router
-from gateway.store.base import Store
+from gateway.store.base import ReleaseStore
 from gateway.store.release_record import HISTORY_CAP
 
 log = logging.getLogger(__name__)
@@ -69,7 +69,7 @@ class ActiveReleases:
 class ReleaseService(PreflightChecks, CanaryOps):
     def __init__(
         self,
-        store: Store,
+        store: ReleaseStore,
         audit: AuditWriter,
         router: Router,
         health: HealthMonitor,
