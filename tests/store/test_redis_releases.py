@@ -10,8 +10,10 @@ from redis.crc import key_slot
 
 from gateway.store import keys
 from gateway.store.redis_store import RedisStore
+from gateway.store.release_record import Canary, HistoryEntry, Release
 from tests.store.helpers import canary, entry, release
 from tests.store.test_redis_store import client, prefix, store
+from tests.store.test_release_record import OLDEST_RELEASE, STORED_CANARY, STORED_ENTRY
 
 __all__ = ["client", "prefix", "store"]  # the fixtures, shared with test_redis_store
 
@@ -54,3 +56,15 @@ async def test_a_canary_is_stored_verbatim_under_the_releases_tag(
     assert await client.hget(names.active, "m/1") is None
     assert await store.release_set_canary("m/1", None, 1) == (True, 2)
     assert await client.hexists(names.canaries, "m/1") == 0
+
+
+async def test_releases_canaries_and_history_written_before_records_were_typed_read_back(
+    store: RedisStore, prefix: str, client: aioredis.Redis
+) -> None:
+    names = keys.release_keys(prefix)
+    await client.hset(names.records, keys.release_member("m1", "v2"), orjson.dumps(OLDEST_RELEASE))
+    await client.hset(names.canaries, "m1", orjson.dumps(STORED_CANARY))
+    await client.rpush(keys.release_history(prefix, "m1"), orjson.dumps(STORED_ENTRY))
+    assert await store.release_get("m1", "v2") == Release.from_dict(OLDEST_RELEASE)
+    assert await store.release_canary("m1") == Canary.from_dict(STORED_CANARY)
+    assert await store.release_history("m1", 10) == [HistoryEntry.from_dict(STORED_ENTRY)]
