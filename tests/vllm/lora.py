@@ -42,7 +42,7 @@ def _module(name: str) -> str:
     return "mlp" if name in ("gate_proj", "up_proj", "down_proj") else "self_attn"
 
 
-def write_adapter(directory: Path, base_model: Path, seed: int, scale: float = 1.0) -> Path:
+def write_adapter(directory: Path, base_model: Path, seed: int, scale: float = 1.0) -> None:
     """A rank-8 adapter on every projection of `base_model`; B ~ N(0, scale), A ~ N(0, 1/in)."""
     config = json.loads((base_model / "config.json").read_text())
     rng = random.Random(seed)
@@ -67,7 +67,6 @@ def write_adapter(directory: Path, base_model: Path, seed: int, scale: float = 1
         "target_modules": list(TARGETS),
     }
     (directory / "adapter_config.json").write_text(json.dumps(adapter_config, indent=2))
-    return directory
 
 
 def _write_safetensors(path: Path, tensors: dict[str, tuple[tuple[int, int], array[float]]]) -> None:
