@@ -55,7 +55,8 @@ def register_adapters(checkpoints: Checkpoints, base: Path, root: Path) -> dict[
         writer = functools.partial(write_adapter, base_model=base, seed=step, scale=SCALE)
         saved = save_checkpoint({}, root, "tiny-lora", step, writer=writer, registry=checkpoints.registry)
         result = saved.result(timeout=60)
-        assert result.entry is not None and result.entry.format == "lora-adapter"
+        assert result.entry is not None
+        assert result.entry.format == "lora-adapter"
         adapters[label] = (result.path, result.version)
     return adapters
 
