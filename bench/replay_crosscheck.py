@@ -41,8 +41,10 @@ def main() -> None:
                 print("  " + replayed.line("replay"))
                 print("  " + reference.line("reference"))
                 timing, ttft = document["summary"]["timing"], document["summary"]["latency"]["ttft"]
-                print(f"  replay's own report: TTFT p50 {ttft['p50'] * 1000:.2f} ms over {timing['measured']} "
-                      f"requests ({timing['excluded']} excluded for its own delay)")  # fmt: skip
+                print(
+                    f"  replay's own report: TTFT p50 {ttft['p50'] * 1000:.2f} ms over {timing['measured']} "
+                    f"requests ({timing['excluded']} excluded for its own delay)"
+                )
                 print(f"  difference {difference * 1000:+.2f} ms, {verdict} {TOLERANCE_S * 1000:g} ms", flush=True)
 
 

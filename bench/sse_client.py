@@ -17,6 +17,8 @@ from typing import Any
 import httpx
 import orjson
 
+from common.sse_reader import SseReader
+
 _DONE = b"[DONE]"
 
 
@@ -54,15 +56,11 @@ class _Events:
     def __init__(self, record: StreamRecord, hook: Hook | None) -> None:
         self._record = record
         self._hook = hook
-        self._pending = b""
+        self._reader = SseReader()
 
     def feed(self, data: bytes, now: float) -> None:
-        pending = self._pending + data
-        *complete, self._pending = pending.split(b"\n\n")
-        for event in complete:
-            for line in event.split(b"\n"):
-                if line.startswith(b"data:"):
-                    self._data(line[5:].strip(), now)
+        for payload, _, _ in self._reader.feed(data):
+            self._data(payload, now)
 
     def _data(self, payload: bytes, now: float) -> None:
         record = self._record

@@ -44,10 +44,11 @@ def main() -> None:
     prefix = f"bench-switch-{uuid.uuid4().hex[:8]}"
     tmp = Path(tempfile.mkdtemp(prefix="agw-switch-"))
     config = gateway_config(
-        deployment("old", sims[0]), deployment("new", sims[1], priority=1),
+        deployment("old", sims[0]),
+        deployment("new", sims[1], priority=1),
         store={"kind": "redis", "url": "redis://127.0.0.1:6379/0", "key_prefix": prefix},
         releases={"watch_interval_s": args.watch_interval},
-    )  # fmt: skip
+    )
     admin_key = new_secret()
     try:
         with (

@@ -8,6 +8,7 @@ from pathlib import Path
 import orjson
 from pydantic import ValidationError
 
+from common.problems import key_path
 from eval.runner import CaseResult, EvalResult
 
 # Summed float weights may differ in the last bits; a drop smaller than this is no regression.
@@ -102,5 +103,5 @@ def load_result(path: Path | str) -> EvalResult:
         return EvalResult.model_validate(document)
     except ValidationError as error:
         first = error.errors()[0]
-        where = ".".join(map(str, first["loc"])) or "(top level)"
+        where = key_path(first["loc"]) or "(top level)"
         raise ResultFileError(f"{path}: not an eval result: {where}: {first['msg']}") from error

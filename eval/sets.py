@@ -24,6 +24,8 @@ import orjson
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from common.problems import key_path
+
 
 class EvalSetError(ValueError):
     """A set file that cannot be read or does not validate; `problems` name the key paths."""
@@ -245,17 +247,6 @@ class EvalSet(_Frozen):
         return hashlib.sha256(self.canonical_json()).hexdigest()
 
 
-def key_path(loc: tuple[int | str, ...]) -> str:
-    """`('cases', 0, 'assertions', 1, 'regex', 'pattern')` -> `cases[0].assertions[1].regex.pattern`."""
-    text = ""
-    for part in loc:
-        if isinstance(part, int):
-            text += f"[{part}]"
-        else:
-            text += f".{part}" if text else part
-    return text or "(top level)"
-
-
 def _read_jsonl(text: str, path: Path) -> dict[str, Any]:
     rows: list[Any] = []
     for number, line in enumerate(text.splitlines(), start=1):
@@ -289,7 +280,7 @@ def _problems(error: ValidationError) -> list[str]:
         if item["type"] == "too_short" and any(len(other) > len(loc) and other[: len(loc)] == loc for other in locs):
             continue
         message = item["msg"].removeprefix("Value error, ")
-        problems.append(f"{key_path(loc)}: {message}")
+        problems.append(f"{key_path(loc) or '(top level)'}: {message}")
     return problems
 
 

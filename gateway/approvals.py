@@ -17,6 +17,7 @@ import hashlib
 import secrets
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -24,7 +25,8 @@ import orjson
 from gateway.audit import AuditWriter
 from gateway.errors import Conflict, InvalidRequest, NotFound, PermissionDenied
 from gateway.principal import Principal, Scope
-from gateway.store.base import Store
+from gateway.store.approval_record import Approval, Decision, ExcerptMessage
+from gateway.store.base import ApprovalStore
 from policies import ApprovalMode, NeedsApproval, arguments_sha256, issue_approval_token
 
 PENDING, APPROVED, REJECTED, EXPIRED = "pending", "approved", "rejected", "expired"
@@ -33,7 +35,7 @@ _KEEP_AFTER_EXPIRY_S = 7 * 86_400  # decided approvals stay readable for the aud
 
 class ApprovalService:
     def __init__(
-        self, store: Store, audit: AuditWriter, secret: bytes, *, clock: Callable[[], float] = time.time
+        self, store: ApprovalStore, audit: AuditWriter, secret: bytes, *, clock: Callable[[], float] = time.time
     ) -> None:
         self._store = store
         self._audit = audit
@@ -55,105 +57,109 @@ class ApprovalService:
         conversation: list[dict[str, Any]] | None = None,
         policy_name: str | None = None,
         channel: str = "chat",
-    ) -> dict[str, Any]:
+    ) -> Approval:
         """Hold a call for a person. `channel` is where the decided call goes: "chat" (the answer,
         or a later request with X-Approval-Id) or "mcp" (only the MCP call that is waiting)."""
         now = self._clock()
-        record = {
-            "id": f"appr_{secrets.token_hex(10)}",
-            "tenant": principal.tenant,
-            "key_id": principal.key_id,
-            "session_id": session_id,
-            "call_id": call_id,
-            "tool": tool,
-            "arguments": arguments,
-            "arguments_sha256": arguments_sha256(arguments),
-            "reason": f"'{tool}' is a high-risk tool",
-            "mode": need.mode.value,
-            "requested_at": now,
-            "expires_at": now + need.ttl_s,
-            "status": PENDING,
-            "conversation_sha256": conversation_sha256(conversation or []),
+        record = Approval(
+            id=f"appr_{secrets.token_hex(10)}",
+            tenant=principal.tenant,
+            key_id=principal.key_id,
+            session_id=session_id,
+            call_id=call_id,
+            tool=tool,
+            arguments=arguments,
+            arguments_sha256=arguments_sha256(arguments),
+            reason=f"'{tool}' is a high-risk tool",
+            mode=need.mode.value,
+            requested_at=now,
+            expires_at=now + need.ttl_s,
+            status=PENDING,
+            conversation_sha256=conversation_sha256(conversation or []),
             # What an approver needs to judge the call: where it came from and which rule held it.
-            "excerpt": excerpt(conversation or []),
-            "policy": policy_name,
-            "risk": need.rule.risk.value,
-            "channel": channel,
-        }
-        if need.mode is ApprovalMode.WAIT:
-            record["wait_deadline"] = now + need.timeout_s
+            excerpt=excerpt(conversation or []),
+            policy=policy_name,
+            risk=need.rule.risk.value,
+            channel=channel,
+            wait_deadline=now + need.timeout_s if need.mode is ApprovalMode.WAIT else None,
+        )
         await self._store.approval_put(record, _KEEP_AFTER_EXPIRY_S)
         return record
 
-    async def lookup(self, tenant: str, approval_id: str) -> dict[str, Any]:
+    async def lookup(self, tenant: str, approval_id: str) -> Approval:
         record = await self._store.approval_get(tenant, approval_id)
         if record is None:
             raise NotFound(f"approval '{approval_id}' not found")
         return record
 
-    async def wait(self, tenant: str, approval_id: str, timeout_s: float, poll_s: float) -> dict[str, Any]:
+    async def wait(self, tenant: str, approval_id: str, timeout_s: float, poll_s: float) -> Approval:
         """The record once decided or expired. Still pending after `timeout_s`, it is expired in the
         store: nobody waits for the decision any more, so a late approval must not succeed."""
         deadline = time.monotonic() + timeout_s
         while True:
             record = await self.lookup(tenant, approval_id)
-            if record["status"] != PENDING:
+            if record.status != PENDING:
                 return record
             if time.monotonic() >= deadline:
                 return await self._expire(record, f"nobody decided within the wait ({timeout_s:g}s)")
             await asyncio.sleep(poll_s)
 
-    async def withdraw(self, record: dict[str, Any], reason: str) -> dict[str, Any]:
+    async def withdraw(self, record: Approval, reason: str) -> Approval:
         """Nobody waits for this decision any more (the caller went away): expire it if pending."""
         return await self._expire(record, reason)
 
-    async def _expire(self, record: dict[str, Any], reason: str) -> dict[str, Any]:
-        decision = {"status": EXPIRED, "decided_by": "gateway", "decided_at": self._clock(), "decision_reason": reason}
-        won, current = await self._store.approval_decide(record["tenant"], record["id"], decision)
+    async def _expire(self, record: Approval, reason: str) -> Approval:
+        decision = Decision(EXPIRED, decided_by="gateway", decided_at=self._clock(), decision_reason=reason)
+        won, current = await self._store.approval_decide(record.tenant, record.id, decision)
         if not won:  # decided at the last moment (or lapsed): that stands
-            return current or {**record, "status": EXPIRED}
+            return current or replace(record, status=EXPIRED)
         await self._audit.submit(
             {
                 "kind": "admin",
                 "action": "approval.expired",
                 "actor": "gateway",
-                "tenant": record["tenant"],
-                "target": record["id"],
+                "tenant": record.tenant,
+                "target": record.id,
                 "before": {"status": PENDING},
-                "after": {"status": EXPIRED, "tool": record["tool"], "arguments_sha256": record["arguments_sha256"]},
+                "after": {"status": EXPIRED, "tool": record.tool, "arguments_sha256": record.arguments_sha256},
                 "reason": reason,
             }
         )
-        return current or {**record, **decision}
+        return current or record.decided(decision)
 
     async def status(self, principal: Principal, approval_id: str) -> dict[str, Any]:
         """For the agent that asked: where its held call stands (not the call: that is delivered)."""
         record = await self._store.approval_get(principal.tenant, approval_id)
-        if record is None or record["key_id"] != principal.key_id:
+        if record is None or record.key_id != principal.key_id:
             raise NotFound(f"approval '{approval_id}' not found")
-        fields = ("id", "tool", "mode", "status", "requested_at", "wait_deadline", "expires_at", "decided_at")
-        view = {name: record.get(name) for name in fields}
-        view["decision_reason"] = record.get("decision_reason")
-        return view
+        return {
+            "id": record.id,
+            "tool": record.tool,
+            "mode": record.mode,
+            "status": record.status,
+            "requested_at": record.requested_at,
+            "wait_deadline": record.wait_deadline,
+            "expires_at": record.expires_at,
+            "decided_at": record.decided_at,
+            "decision_reason": record.decision_reason,
+        }
 
-    async def collect(
-        self, principal: Principal, approval_id: str, conversation: list[dict[str, Any]]
-    ) -> dict[str, Any]:
+    async def collect(self, principal: Principal, approval_id: str, conversation: list[dict[str, Any]]) -> Approval:
         """The decided approval, for the key that asked and the conversation that led to it, once."""
         record = await self.lookup(principal.tenant, approval_id)
-        if record["key_id"] != principal.key_id or record.get("channel", "chat") != "chat":
+        if record.key_id != principal.key_id or record.channel != "chat":
             # The released call carries a token tool servers trust: only the requester may collect
             # it, and an MCP call's approval goes to that call alone.
             raise NotFound(f"approval '{approval_id}' not found")
-        if record.get("conversation_sha256") not in (None, conversation_sha256(conversation)):
+        if record.conversation_sha256 not in (None, conversation_sha256(conversation)):
             raise InvalidRequest(
                 f"approval '{approval_id}' belongs to another conversation: send the messages of the request"
                 " that made the call",
                 param="messages",
             )
-        if record["status"] == PENDING:
+        if record.status == PENDING:
             return record
-        if not await self._store.approval_redeem(record["tenant"], approval_id):
+        if not await self._store.approval_redeem(record.tenant, approval_id):
             raise Conflict(f"approval '{approval_id}' was already collected")
         return record
 
@@ -168,63 +174,58 @@ class ApprovalService:
 
     async def decide(self, actor: Principal, approval_id: str, *, approve: bool, reason: str = "") -> dict[str, Any]:
         record = await self._find(actor, approval_id)
-        if record["key_id"] == actor.key_id:
+        if record.key_id == actor.key_id:
             await self._audit.submit(
                 {
                     "kind": "admin",
                     "action": "approval.self_approval_refused",
                     "actor": actor.key_id,
-                    "tenant": record["tenant"],
+                    "tenant": record.tenant,
                     "target": approval_id,
-                    "before": {"status": record["status"]},
-                    "after": {"status": record["status"], "tool": record["tool"]},
+                    "before": {"status": record.status},
+                    "after": {"status": record.status, "tool": record.tool},
                     "reason": f"tried to {'approve' if approve else 'reject'} its own call",
                 }
             )
             raise PermissionDenied("a call may not be approved or rejected with the key that made it")
-        decision: dict[str, Any] = {
-            "status": APPROVED if approve else REJECTED,
-            "decided_by": actor.key_id,
-            "decided_at": self._clock(),
-            "decision_reason": reason,
-        }
+        token = None
         if approve:
-            decision["token"] = issue_approval_token(
+            token = issue_approval_token(
                 self._secret,
-                record["id"],
-                record["tool"],
-                record["arguments_sha256"],
-                record["expires_at"],
-                key_id=record["key_id"],
-                tenant=record["tenant"],
+                record.id,
+                record.tool,
+                record.arguments_sha256,
+                record.expires_at,
+                key_id=record.key_id,
+                tenant=record.tenant,
             )
-        won, current = await self._store.approval_decide(record["tenant"], approval_id, decision)
+        status = APPROVED if approve else REJECTED
+        decision = Decision(
+            status, decided_by=actor.key_id, decided_at=self._clock(), decision_reason=reason, token=token
+        )
+        won, current = await self._store.approval_decide(record.tenant, approval_id, decision)
         if not won:
-            status = current["status"] if current else "gone"
+            status = current.status if current else "gone"
             raise Conflict(f"approval '{approval_id}' is already {status}")
         assert current is not None
         await self._audit.submit(
             {
                 "kind": "admin",
-                "action": f"approval.{decision['status']}",
+                "action": f"approval.{decision.status}",
                 "actor": actor.key_id,
-                "tenant": record["tenant"],
+                "tenant": record.tenant,
                 "target": approval_id,
                 "before": {"status": PENDING},
-                "after": {
-                    "status": decision["status"],
-                    "tool": record["tool"],
-                    "arguments_sha256": record["arguments_sha256"],
-                },
+                "after": {"status": decision.status, "tool": record.tool, "arguments_sha256": record.arguments_sha256},
                 "reason": reason,
             }
         )
         return public_view(current)
 
-    async def _find(self, actor: Principal, approval_id: str) -> dict[str, Any]:
+    async def _find(self, actor: Principal, approval_id: str) -> Approval:
         actor.require(Scope.APPROVER)
         if actor.all_tenants:
-            found = [r for r in await self._store.approval_list(None, None, 10_000) if r["id"] == approval_id]
+            found = [r for r in await self._store.approval_list(None, None, 10_000) if r.id == approval_id]
             record = found[0] if found else None
         else:
             record = await self._store.approval_get(actor.tenant, approval_id)
@@ -237,7 +238,7 @@ _EXCERPT_MESSAGES = 4
 _EXCERPT_CHARS = 400
 
 
-def excerpt(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
+def excerpt(messages: list[dict[str, Any]]) -> tuple[ExcerptMessage, ...]:
     """The last few messages that led to the call, each cut short, for the approver."""
     shown = []
     for message in messages[-_EXCERPT_MESSAGES:]:
@@ -245,8 +246,8 @@ def excerpt(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
         if not isinstance(content, str):  # parts, or a tool call without text
             content = orjson.dumps(content).decode() if content else ""
         text = content if len(content) <= _EXCERPT_CHARS else content[: _EXCERPT_CHARS - 1] + "…"
-        shown.append({"role": str(message.get("role")), "content": text})
-    return shown
+        shown.append(ExcerptMessage(str(message.get("role")), text))
+    return tuple(shown)
 
 
 def conversation_sha256(messages: list[dict[str, Any]]) -> str:
@@ -256,6 +257,6 @@ def conversation_sha256(messages: list[dict[str, Any]]) -> str:
     return hashlib.sha256(orjson.dumps(kept, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
-def public_view(record: dict[str, Any]) -> dict[str, Any]:
+def public_view(record: Approval) -> dict[str, Any]:
     """What an approver sees: everything but the token, which only the released call carries."""
-    return {k: v for k, v in record.items() if k != "token"}
+    return {k: v for k, v in record.to_dict().items() if k != "token"}

@@ -28,7 +28,8 @@ from typing import Any
 import orjson
 
 from gateway.errors import StoreUnavailable
-from gateway.store.base import AuditHead, Store
+from gateway.store.audit_batch import canonical
+from gateway.store.base import AuditHead, AuditRecord, AuditStore
 
 log = logging.getLogger(__name__)
 
@@ -38,10 +39,6 @@ _PAGE = 1000
 MAC = "hmac-sha256"  # the `mac` field of a record whose hash is an HMAC under `audit.hmac_key`
 
 
-def canonical(record: dict[str, Any]) -> bytes:
-    return orjson.dumps(record, option=orjson.OPT_SORT_KEYS)
-
-
 def record_hash(record: dict[str, Any], key: bytes = b"") -> str:
     body = canonical({k: v for k, v in record.items() if k != "hash"})
     if record.get("mac") == MAC:
@@ -49,7 +46,7 @@ def record_hash(record: dict[str, Any], key: bytes = b"") -> str:
     return hashlib.sha256(body).hexdigest()
 
 
-def chain(head: AuditHead, bodies: list[dict[str, Any]], key: bytes = b"") -> list[dict[str, Any]]:
+def chain(head: AuditHead, bodies: list[dict[str, Any]], key: bytes = b"") -> list[AuditRecord]:
     """Link record bodies onto `head`: number them and hash each onto its predecessor (an HMAC
     under `key` when one is given, so that nobody without the key can re-hash an edited chain)."""
     chained = []
@@ -60,7 +57,7 @@ def chain(head: AuditHead, bodies: list[dict[str, Any]], key: bytes = b"") -> li
         if key:
             record["mac"] = MAC
         record["hash"] = prev = record_hash(record, key)
-        chained.append(record)
+        chained.append(AuditRecord.from_dict(record))
     return chained
 
 
@@ -72,7 +69,7 @@ class Verdict:
     reason: str = ""
 
 
-def verify_records(records: list[dict[str, Any]], start: AuditHead, key: bytes = b"") -> Verdict:
+def verify_records(records: list[AuditRecord], start: AuditHead, key: bytes = b"") -> Verdict:
     """Check that `records` continue the chain from `start`; name the first record that does not."""
     seq, prev = start.seq, start.hash
     for checked, record in enumerate(records):
@@ -80,21 +77,21 @@ def verify_records(records: list[dict[str, Any]], start: AuditHead, key: bytes =
         problem = _problem(record, seq, prev, key)
         if problem:
             return Verdict(False, checked, first_bad_seq=seq, reason=problem)
-        prev = record["hash"]
+        prev = record.hash
     return Verdict(True, len(records))
 
 
-def _problem(record: dict[str, Any], seq: int, prev: str, key: bytes) -> str:
-    if record.get("seq") != seq:
-        return f"expected seq {seq}, found {record.get('seq')} (a record was deleted, inserted or moved)"
-    if record.get("prev") != prev:
+def _problem(record: AuditRecord, seq: int, prev: str, key: bytes) -> str:
+    if record.seq != seq:
+        return f"expected seq {seq}, found {record.seq} (a record was deleted, inserted or moved)"
+    if record.prev != prev:
         return "does not link to the previous record (a record before it was changed, deleted or moved)"
-    keyed = record.get("mac") == MAC
+    keyed = record.mac == MAC
     if key and not keyed:
         return "the record is not keyed, but audit.hmac_key is set: every record must carry an HMAC"
     if keyed and not key:
         return "the record is keyed with an HMAC: verify with audit.hmac_key (or GATEWAY_AUDIT_KEY) set"
-    if not hmac.compare_digest(record_hash(record, key), str(record.get("hash"))):
+    if not hmac.compare_digest(record_hash(record.to_dict(), key), record.hash):
         return "its content does not match its hash (the record was edited)"
     return ""
 
@@ -108,7 +105,7 @@ def _sign(head: AuditHead, key: bytes) -> str:
     return hmac.new(key, f"{head.seq}:{head.hash}".encode(), hashlib.sha256).hexdigest()
 
 
-def check_head(mark: dict[str, Any], records: list[dict[str, Any]], anchor: AuditHead, key: bytes = b"") -> Verdict:
+def check_head(mark: dict[str, Any], records: list[AuditRecord], anchor: AuditHead, key: bytes = b"") -> Verdict:
     """Does the chain (records after `anchor`) still reach `mark` and hold it? Catches truncation."""
     try:
         head = AuditHead(int(mark["seq"]), str(mark["hash"]))
@@ -116,17 +113,17 @@ def check_head(mark: dict[str, Any], records: list[dict[str, Any]], anchor: Audi
         return Verdict(False, len(records), reason="the head mark is not a {seq, hash, sig} object")
     if key and not hmac.compare_digest(_sign(head, key), str(mark.get("sig", ""))):
         return Verdict(False, len(records), reason="the head mark's signature does not match audit.hmac_key")
-    last = AuditHead(int(records[-1]["seq"]), str(records[-1]["hash"])) if records else anchor
+    last = AuditHead(records[-1].seq, records[-1].hash) if records else anchor
     if head.seq > last.seq:
         reason = f"the chain ends at seq {last.seq} but its head mark says seq {head.seq}: records were truncated"
         return Verdict(False, len(records), first_bad_seq=last.seq + 1, reason=reason)
-    held = anchor.hash if head.seq == anchor.seq else next((r["hash"] for r in records if r["seq"] == head.seq), None)
+    held = anchor.hash if head.seq == anchor.seq else next((r.hash for r in records if r.seq == head.seq), None)
     if head.seq >= anchor.seq and held != head.hash:
         return Verdict(False, len(records), first_bad_seq=head.seq, reason="the record at the head mark was replaced")
     return Verdict(True, len(records))
 
 
-async def iterate(store: Store, first_seq: int = 1) -> AsyncIterator[dict[str, Any]]:
+async def iterate(store: AuditStore, first_seq: int = 1) -> AsyncIterator[AuditRecord]:
     seq = first_seq
     while True:
         page = await store.audit_range(seq, _PAGE)
@@ -134,15 +131,18 @@ async def iterate(store: Store, first_seq: int = 1) -> AsyncIterator[dict[str, A
             yield record
         if len(page) < _PAGE:
             return
-        seq = int(page[-1]["seq"]) + 1
+        seq = page[-1].seq + 1
 
 
-async def verify_store(store: Store, key: bytes = b"") -> Verdict:
+async def verify_store(store: AuditStore, key: bytes = b"") -> Verdict:
     """The chain from the anchor, and that it still reaches the store's head mark (read first, so
     records appended meanwhile only make the chain longer)."""
     head = await store.audit_head()
     anchor = await store.audit_anchor()
-    records = [r async for r in iterate(store, anchor.seq + 1)]
+    try:
+        records = [r async for r in iterate(store, anchor.seq + 1)]
+    except ValueError as error:  # a stored record whose chain fields were broken: tampering too
+        return Verdict(False, 0, reason=f"a stored record is not an audit record: {error}")
     verdict = verify_records(records, anchor, key)
     if not verdict.ok:
         return verdict
@@ -174,7 +174,7 @@ class AuditWriter:
 
     def __init__(
         self,
-        store: Store,
+        store: AuditStore,
         *,
         queue_size: int,
         batch_size: int,
@@ -200,7 +200,7 @@ class AuditWriter:
         self._task: asyncio.Task[None] | None = None
         self._head: AuditHead | None = None
         # A batch whose append failed without an answer: Redis may have run it all the same.
-        self._unsure: list[dict[str, Any]] | None = None
+        self._unsure: list[AuditRecord] | None = None
         self._blocked_since: float | None = None  # monotonic time of the first failure in a row
         self.highest_seq = 0  # the highest seq this writer appended to the chain the store holds now
         self.peak_seq = 0  # the highest seq it ever appended (a wiped store's loss, at least)
@@ -229,11 +229,6 @@ class AuditWriter:
     async def submit(self, body: dict[str, Any]) -> None:
         await self.reserve()
         self.submit_reserved(body)
-
-    async def write_now(self, body: dict[str, Any]) -> None:
-        """Append one record synchronously (CLI commands, which have no background writer)."""
-        await self.submit(body)
-        await self.flush()
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="audit-writer")
@@ -332,7 +327,7 @@ class AuditWriter:
                 written = records
             else:
                 self._head = None  # another replica appended: re-read the head and re-chain
-        self._head = AuditHead(written[-1]["seq"], written[-1]["hash"])
+        self._head = AuditHead(written[-1].seq, written[-1].hash)
         self.highest_seq = max(self.highest_seq, self._head.seq)
         self.peak_seq = max(self.peak_seq, self._head.seq)
         for _ in written:
@@ -354,17 +349,17 @@ class AuditWriter:
             self.highest_seq = head.seq
         return head
 
-    async def _written_before(self) -> list[dict[str, Any]] | None:
+    async def _written_before(self) -> list[AuditRecord] | None:
         """The unanswered batch if the store holds it after all, else None (write it again)."""
         assert self._unsure is not None
         unsure = self._unsure
-        stored = await self._store.audit_range(unsure[0]["seq"], len(unsure))
+        stored = await self._store.audit_range(unsure[0].seq, len(unsure))
         self._unsure = None
-        if [r.get("hash") for r in stored] == [r["hash"] for r in unsure]:
+        if [r.hash for r in stored] == [r.hash for r in unsure]:
             return unsure
         return None
 
-    def _chain(self, head: AuditHead, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _chain(self, head: AuditHead, bodies: list[dict[str, Any]]) -> list[AuditRecord]:
         try:
             return chain(head, bodies, self._hmac_key)
         except TypeError:  # orjson's JSONEncodeError: e.g. an integer beyond 64 bits

@@ -22,7 +22,7 @@ from gateway.backends.base import Chunk
 from gateway.errors import AuthenticationFailed, StoreUnavailable
 from gateway.pipeline import Handler, RequestContext
 from gateway.principal import Principal, Scope
-from gateway.store.base import KeyRecord, Limits, Store
+from gateway.store.base import KeyRecord, KeyStore, Limits
 
 SECRET_PREFIX = "agw_"
 _SECRET_BYTES = 32
@@ -88,7 +88,7 @@ def bearer_secret(headers: Mapping[str, str]) -> str:
 class Authenticator:
     def __init__(
         self,
-        store: Store,
+        store: KeyStore,
         *,
         bootstrap_secret: str,
         cache_ttl_s: float,

@@ -18,7 +18,7 @@ from gateway.audit import AuditWriter
 from gateway.auth import digest, new_secret
 from gateway.errors import InvalidRequest, NotFound, PermissionDenied
 from gateway.principal import Principal, Scope
-from gateway.store.base import KeyRecord, Limits, Store
+from gateway.store.base import KeyRecord, KeyStore, Limits
 
 _DISPLAY_PREFIX = 12  # "agw_" + 8 characters: enough to tell keys apart, useless to an attacker
 
@@ -48,7 +48,7 @@ def public_view(record: KeyRecord) -> dict[str, Any]:
 class KeyService:
     def __init__(
         self,
-        store: Store,
+        store: KeyStore,
         audit: AuditWriter,
         *,
         on_change: Callable[[str], None] | None = None,

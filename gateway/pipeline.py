@@ -32,6 +32,7 @@ from gateway.errors import ModelNotFound
 from gateway.principal import Principal
 from gateway.request_trace import RequestTrace
 from gateway.routing.router import RouteLog, Router
+from gateway.store.session_record import QuotaHold
 from gateway.tenancy import ModelTenancy
 
 Handler = Callable[["RequestContext"], AsyncGenerator[Chunk, None]]
@@ -64,7 +65,7 @@ class RequestContext:
     quota_note: str | None = None  # set when quotas were not enforced (store down, fail-open)
     # The quota reservation this request holds (quota.Admit's JSON form): saved with a session,
     # so that a replica taking the session over settles it instead of taking a second one.
-    quota_hold: dict[str, Any] | None = None
+    quota_hold: QuotaHold | None = None
     response_headers: dict[str, str] = field(default_factory=dict)
     completion_text: list[str] = field(default_factory=list)  # the assistant text, for audit digests
     resume: tuple[str, int] | None = None  # (text, chunks) already sent, when taking a session over

@@ -14,7 +14,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +25,8 @@ from gateway.errors import InsufficientQuota, RateLimited, StoreNotReached, Stor
 from gateway.pipeline import Handler, RequestContext
 from gateway.principal import Principal
 from gateway.settings import FailMode, QuotaSettings
-from gateway.store.base import AdmitRequest, AdmitResult, Limits, QuotaScope, Reservation, ScopeUsage, Store
+from gateway.store.base import AdmitRequest, AdmitResult, Limits, QuotaScope, QuotaStore, Reservation, ScopeUsage
+from gateway.store.session_record import QuotaHold
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,7 @@ class _Held:
 class Admit:
     """The quota stage of the pipeline."""
 
-    def __init__(self, store: Store, settings: QuotaSettings) -> None:
+    def __init__(self, store: QuotaStore, settings: QuotaSettings) -> None:
         self._store = store
         self._settings = settings
         self._tenant_limits = {name: Limits(**lim.model_dump()) for name, lim in settings.tenants.items()}
@@ -221,7 +222,7 @@ class Admit:
             await asyncio.sleep(delay)
             delay = min(delay * 2, _RETRY_S[1])
 
-    async def _quietly(self, work: Any) -> None:
+    async def _quietly(self, work: Awaitable[object]) -> None:
         try:
             await work
         except StoreUnavailable as error:
@@ -242,23 +243,22 @@ class Admit:
             await asyncio.gather(*pending, return_exceptions=True)
 
 
-def _hold_of(held: _Held) -> dict[str, Any]:
+def _hold_of(held: _Held) -> QuotaHold:
     reservation = held.reservation
-    return {
-        "tenant": held.tenant,
-        "scopes": [scope.name for scope in held.scopes],
-        "lease_id": reservation.lease_id,
-        "tokens": reservation.tokens,
-        "second": reservation.second,
-        "day": reservation.day,
-    }
+    return QuotaHold(
+        tenant=held.tenant,
+        scopes=tuple(scope.name for scope in held.scopes),
+        lease_id=reservation.lease_id,
+        tokens=reservation.tokens,
+        second=reservation.second,
+        day=reservation.day,
+    )
 
 
-def _adopted(hold: dict[str, Any]) -> _Held:
+def _adopted(hold: QuotaHold) -> _Held:
     # Settling and renewing need only the scopes' names: their limits were checked at admission.
-    scopes = tuple(QuotaScope(str(name), Limits()) for name in hold["scopes"])
-    reservation = Reservation(str(hold["lease_id"]), int(hold["tokens"]), int(hold["second"]), int(hold["day"]))
-    return _Held(str(hold["tenant"]), scopes, reservation)
+    scopes = tuple(QuotaScope(name, Limits()) for name in hold.scopes)
+    return _Held(hold.tenant, scopes, Reservation(hold.lease_id, hold.tokens, hold.second, hold.day))
 
 
 def _denied(result: AdmitResult, headers: dict[str, str]) -> RateLimited:

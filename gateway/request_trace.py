@@ -23,6 +23,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import INVALID_SPAN, Span, SpanKind, StatusCode
 
 from gateway.errors import UpstreamStatusError
+from gateway.store.approval_record import Approval
 
 if TYPE_CHECKING:
     from gateway.routing.deployment import Deployment
@@ -99,7 +100,7 @@ class RequestTrace:
         }
         self.span.add_event("gateway.approval.requested", attributes)
 
-    async def approval_wait(self, approval_id: str, tool: str, wait: Awaitable[dict[str, Any]]) -> dict[str, Any]:
+    async def approval_wait(self, approval_id: str, tool: str, wait: Awaitable[Approval]) -> Approval:
         """Await a person's decision, counted as pending meanwhile; returns the decided approval."""
         pending = self._telemetry.instruments.approvals_pending if self._telemetry is not None else None
         self.span.add_event("gateway.approval.wait", {"gateway.approval_id": approval_id, "gen_ai.tool.name": tool})
@@ -109,7 +110,7 @@ class RequestTrace:
             pending.add(1)
         try:
             decided = await wait
-            status = str(decided.get("status"))
+            status = decided.status
             return decided
         finally:
             if pending is not None:

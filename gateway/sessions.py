@@ -26,18 +26,22 @@ import re
 import secrets
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
 
 from gateway import sse
 from gateway.backends.base import Chunk, Usage
-from gateway.errors import Conflict, GatewayError, InvalidRequest, NotFound, StoreUnavailable
+from gateway.errors import Conflict, InvalidRequest, NotFound, StoreUnavailable
+from gateway.http.errors import error_body, gateway_error_body, stream_failure
 from gateway.pipeline import Handler, RequestContext
 from gateway.principal import Principal
 from gateway.session_log import SessionLog, content_of
 from gateway.settings import DisconnectPolicy, SessionSettings
-from gateway.store.base import SessionCheckpoint, Store
+from gateway.store.base import SessionCheckpoint, SessionStore
+from gateway.store.session_record import SessionState
 from gateway.wire import ChunkRenderer, Completion, dumps
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -62,10 +66,10 @@ def session_id_from(headers: Mapping[str, str]) -> str:
     return given
 
 
-def may_open(principal: Principal, state: Mapping[str, Any]) -> bool:
+def may_open(principal: Principal, state: SessionState) -> bool:
     """A session belongs to the key that created it, unless that key shared it with its tenant (the
     store keys sessions by tenant, so "shared" never reaches past the tenant)."""
-    return state.get("key_id") == principal.key_id or state.get("shared") is True
+    return state.key_id == principal.key_id or state.shared
 
 
 def _share_from(headers: Mapping[str, str]) -> bool | None:
@@ -82,7 +86,7 @@ class LiveSession:
     tenant: str
     session_id: str
     log: SessionLog
-    state: dict[str, Any]
+    state: SessionState
     flushed: int = 0  # how many of log.events the store has
     state_saved: bool = False
     readers: int = 0
@@ -92,7 +96,9 @@ class LiveSession:
 
 
 class SessionManager:
-    def __init__(self, store: Store, settings: SessionSettings, replica_id: str, continue_stream: Handler) -> None:
+    def __init__(
+        self, store: SessionStore, settings: SessionSettings, replica_id: str, continue_stream: Handler
+    ) -> None:
         self._store = store
         self._settings = settings
         self._replica_id = replica_id
@@ -114,7 +120,7 @@ class SessionManager:
         assert ctx.principal is not None
         key = (ctx.principal.tenant, ctx.session_id or "")
         live = self._live.get(key)
-        if live is None or live.state.get("completion_id") != ctx.completion_id or live.producer is not None:
+        if live is None or live.state.completion_id != ctx.completion_id or live.producer is not None:
             live = LiveSession(key[0], key[1], SessionLog(), _state_of(ctx, self._replica_id))
         live.producer = asyncio.get_running_loop().create_task(self._produce(ctx, chunks, live))
         await live.log.started()
@@ -181,25 +187,19 @@ class SessionManager:
                         self._append(live, dumps(rendered))
             if ctx.include_usage:
                 self._append(live, dumps(renderer.render_usage(ctx.usage)))
-        except GatewayError as error:
+        except Exception as exc:  # noqa: BLE001 (a bug too gets a clean end; stream_failure logs it)
+            error = stream_failure(exc)
             if not live.log.events:
                 live.log.fail(error)
                 return
-            self._append(live, dumps(renderer.render_error(error.public_message, error.type, error.code)))
-        except Exception:  # a bug: the client still gets a clean end, and we get the trace
-            log.exception("session producer failed")
-            if not live.log.events:
-                live.log.fail(GatewayError("Internal error in the gateway"))
-                return
-            self._append(
-                live, dumps(renderer.render_error("Internal error in the gateway", "api_error", "internal_error"))
-            )
+            self._append(live, dumps(gateway_error_body(error)))
         except asyncio.CancelledError:
             # `on_client_disconnect: cancel`, or the session was deleted: readers must still see an end.
-            self._finish(live, dumps(renderer.render_error("generation cancelled", "api_error", "cancelled")))
+            self._finish(live, dumps(error_body("generation cancelled", "api_error", "cancelled")))
             raise
-        if "transcript" in live.state:  # opted in (see `_state_of`)
-            live.state["transcript"] = [*ctx.body.get("messages", []), answer.message(ctx.resume)]
+        if live.state.transcript is not None:  # opted in (see `_state_of`)
+            transcript = (*ctx.body.get("messages", []), answer.message(ctx.resume))
+            live.state = replace(live.state, transcript=transcript)
         self._finish(live, None)
 
     def _finish(self, live: LiveSession, error_event: bytes | None) -> None:
@@ -221,8 +221,8 @@ class SessionManager:
         """Keep a non-streamed answer's transcript (off the response path), if the request opted in."""
         if ctx.principal is None or ctx.session_id is None or not ctx.keep_transcript:
             return
-        state = {**_state_of(ctx, self._replica_id), "status": "done"}
-        state["transcript"] = [*ctx.body.get("messages", []), message]
+        transcript = (*ctx.body.get("messages", []), message)
+        state = replace(_state_of(ctx, self._replica_id), status="done", transcript=transcript)
         save = self._store.session_save(ctx.principal.tenant, ctx.session_id, state, self._settings.resume_ttl_s)
         task = asyncio.get_running_loop().create_task(save)
         self._background.add(task)
@@ -257,14 +257,12 @@ class SessionManager:
         state = await self._store.session_load(principal.tenant, session_id)
         if state is None or not may_open(principal, state):
             raise NotFound(f"session '{session_id}' not found")
-        if state.get("status") != "streaming" and not await self._store.session_events(
-            principal.tenant, session_id, 0, 1
-        ):
+        if state.status != "streaming" and not await self._store.session_events(principal.tenant, session_id, 0, 1):
             raise NotFound(f"session '{session_id}' has no streamed response to resume")
         return self._from_store(principal, session_id, state, after_seq)
 
     async def _from_store(
-        self, principal: Principal, session_id: str, state: dict[str, Any], after_seq: int
+        self, principal: Principal, session_id: str, state: SessionState, after_seq: int
     ) -> AsyncIterator[bytes]:
         seq = after_seq
         while True:
@@ -276,7 +274,7 @@ class SessionManager:
                     return
             if len(events) == _PAGE:
                 continue
-            if state.get("status") != "streaming":
+            if state.status != "streaming":
                 return  # finished, and every stored event has been sent
             if await self._store.session_claim(
                 principal.tenant, session_id, self._replica_id, self._settings.lease_ttl_s
@@ -284,7 +282,7 @@ class SessionManager:
                 # The owner may have finished (and let go) since the state was read: then the
                 # rest is in the store, and nothing is generated again.
                 state = await self._store.session_load(principal.tenant, session_id) or state
-                if state.get("status") != "streaming":
+                if state.status != "streaming":
                     await self._store.session_release(principal.tenant, session_id, self._replica_id)
                     continue
                 live = await self._take_over(principal, session_id, state)
@@ -293,7 +291,7 @@ class SessionManager:
                 return
             await asyncio.sleep(_TAIL_POLL_S)  # the owner is alive: follow its checkpoints
 
-    async def _take_over(self, principal: Principal, session_id: str, state: dict[str, Any]) -> LiveSession:
+    async def _take_over(self, principal: Principal, session_id: str, state: SessionState) -> LiveSession:
         """Continue a dead replica's response from its checkpointed text, as the same request: its
         audit record (under the client's request id) and usage cover the whole answer, and its
         quota reservation is settled rather than a second one taken (as after a backend failover)."""
@@ -301,27 +299,27 @@ class SessionManager:
         text = "".join(content_of(payload) for _, payload in recorded)
         chunks_sent = sum(1 for _, payload in recorded if content_of(payload))
         ctx = RequestContext(
-            request_id=state.get("request_id") or f"takeover-{secrets.token_hex(6)}",
-            completion_id=state["completion_id"],
-            created=state["created"],
-            model=state["model"],
-            body=state["body"],
+            request_id=state.request_id or f"takeover-{secrets.token_hex(6)}",
+            completion_id=_required(state.completion_id, "completion_id"),
+            created=_required(state.created, "created"),
+            model=_required(state.model, "model"),
+            body=_required(state.body, "body"),
             stream=True,
-            include_usage=state.get("include_usage", False),
+            include_usage=state.include_usage,
             principal=principal,
             session_id=session_id,
             # Nothing checkpointed yet: start afresh, role event included, so numbering matches.
             resume=(text, chunks_sent) if recorded else None,
-            release=state.get("release"),
-            deployments=frozenset(state["deployments"]) if state.get("deployments") else None,
-            quota_hold=state.get("quota"),
+            release=state.release,
+            deployments=frozenset(state.deployments) if state.deployments else None,
+            quota_hold=state.quota,
             # What the dead replica generated counts, though its usage never arrived.
             usage=Usage(completion_tokens=chunks_sent, total_tokens=chunks_sent),
             completion_text=[text] if text else [],
         )
         log_ = SessionLog()
         log_.extend(recorded)
-        live = LiveSession(principal.tenant, session_id, log_, {**state, "owner": self._replica_id}, fresh=False)
+        live = LiveSession(principal.tenant, session_id, log_, replace(state, owner=self._replica_id), fresh=False)
         live.flushed = len(recorded)
         live.producer = asyncio.get_running_loop().create_task(self._produce(ctx, self._continue_stream(ctx), live))
         self._live[(principal.tenant, session_id)] = live
@@ -342,8 +340,8 @@ class SessionManager:
         return {
             "id": session_id,
             "object": "session",
-            "status": state.get("status"),
-            "messages": state.get("transcript", []),
+            "status": state.status,
+            "messages": list(state.transcript or ()),
         }
 
     async def delete(self, principal: Principal, session_id: str) -> None:
@@ -419,12 +417,11 @@ class SessionManager:
                 self._live.pop(key, None)
 
     def _checkpoint_of(self, live: LiveSession, now: float) -> SessionCheckpoint | None:
-        if live.log.closed and live.state.get("status") != "done":
-            live.state["status"], live.state_saved = "done", False
-            if "transcript" not in live.state:
-                # Not opted in: the request (prompts) was kept only for a takeover, now impossible;
-                # what stays is what a resume replays, the events.
-                live.state.pop("body", None)
+        if live.log.closed and live.state.status != "done":
+            # Not opted in to a transcript: the request (prompts) was kept only for a takeover, now
+            # impossible; what stays is what a resume replays, the events.
+            body = live.state.body if live.state.transcript is not None else None
+            live.state, live.state_saved = replace(live.state, status="done", body=body), False
         pending = live.log.events[live.flushed :]
         lease = self._settings.lease_ttl_s
         renew = not live.log.closed and now - live.renewed_at >= lease / 3
@@ -444,26 +441,31 @@ class SessionManager:
         )
 
 
-def _state_of(ctx: RequestContext, owner: str) -> dict[str, Any]:
+def _state_of(ctx: RequestContext, owner: str) -> SessionState:
     """What a stream's resume and takeover need; the transcript only if the request opted in."""
-    state = {
-        "request_id": ctx.request_id,
-        "quota": ctx.quota_hold,
-        "model": ctx.model,
-        "body": ctx.body,
-        "completion_id": ctx.completion_id,
-        "created": ctx.created,
-        "include_usage": ctx.include_usage,
-        "key_id": ctx.session_owner or (ctx.principal.key_id if ctx.principal else None),
-        "shared": ctx.session_shared,
-        "status": "streaming",
-        "owner": owner,
-        "release": ctx.release,
-        "deployments": sorted(ctx.deployments) if ctx.deployments is not None else None,
-    }
-    if ctx.keep_transcript:
-        state["transcript"] = ctx.body.get("messages", [])
-    return state
+    return SessionState(
+        request_id=ctx.request_id,
+        quota=ctx.quota_hold,
+        model=ctx.model,
+        body=ctx.body,
+        completion_id=ctx.completion_id,
+        created=ctx.created,
+        include_usage=ctx.include_usage,
+        key_id=ctx.session_owner or (ctx.principal.key_id if ctx.principal else None),
+        shared=ctx.session_shared,
+        status="streaming",
+        owner=owner,
+        release=ctx.release,
+        deployments=tuple(sorted(ctx.deployments)) if ctx.deployments is not None else None,
+        transcript=tuple(ctx.body.get("messages", [])) if ctx.keep_transcript else None,
+    )
+
+
+def _required(value: T | None, name: str) -> T:
+    """A streaming session's state always has what a takeover needs; one without it is corrupt."""
+    if value is None:
+        raise ValueError(f"a streaming session's state has no {name}")
+    return value
 
 
 class AssignSession:
@@ -516,7 +518,7 @@ class AppendHistory:
     session must be allowed to open it (`may_open`), appending or not: a new response replaces
     the session's stream, so it is a write."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: SessionStore) -> None:
         self._store = store
 
     async def __call__(self, ctx: RequestContext, call_next: Handler) -> AsyncGenerator[Chunk, None]:
@@ -526,14 +528,14 @@ class AppendHistory:
             if state is not None:
                 if not may_open(ctx.principal, state):
                     raise NotFound(f"session '{ctx.session_id}' not found")
-                owner = state.get("key_id")
-                ctx.session_owner = str(owner) if owner else None
+                owner = state.key_id
+                ctx.session_owner = owner or None
                 asked = _share_from(ctx.headers)
                 # Only the owner changes who may use the session; anyone else keeps its setting.
                 owns = owner == ctx.principal.key_id
-                ctx.session_shared = bool(asked) if owns and asked is not None else state.get("shared") is True
+                ctx.session_shared = bool(asked) if owns and asked is not None else state.shared
             if append:
-                history = state.get("transcript", []) if state else []
+                history = list(state.transcript or ()) if state else []
                 ctx.body = {**ctx.body, "messages": [*history, *ctx.body["messages"]]}
         async with contextlib.aclosing(call_next(ctx)) as chunks:
             async for chunk in chunks:

@@ -19,6 +19,8 @@ from urllib.parse import urlsplit
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from common.problems import key_path, pydantic_message
+
 
 class ConfigError(Exception):
     """A config file that cannot be used; `problems` lists every `path: message`."""
@@ -410,25 +412,8 @@ def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
-def _error_path(loc: tuple[int | str, ...]) -> str:
-    path = ""
-    for part in loc:
-        if isinstance(part, int):
-            path += f"[{part}]"
-        elif part in ("embedded", "redis", "function-after[_http_url(), str]"):
-            continue  # pydantic's internal names for union branches and validators
-        else:
-            path = _join(path, part)
-    return path or "<root>"
-
-
-def _describe(error: Any) -> str:
-    message = str(error["msg"])
-    if error["type"] == "value_error":
-        message = message.removeprefix("Value error, ")
-    if error["type"] == "extra_forbidden":
-        message = "unknown key"
-    return message
+# pydantic's names for the store's union branches and the URL validator, in an error's location.
+_PYDANTIC_NAMES = frozenset({"embedded", "redis", "function-after[_http_url(), str]"})
 
 
 def parse_settings(raw: Any, env: Mapping[str, str] | None = None) -> Settings:
@@ -443,9 +428,9 @@ def parse_settings(raw: Any, env: Mapping[str, str] | None = None) -> Settings:
         # A key whose environment variable is missing is reported once, not again as a bad value.
         unset = {p.split(": ", 1)[0] for p in problems}
         for error in exc.errors():
-            path = _error_path(error["loc"])
+            path = key_path(error["loc"], skip=_PYDANTIC_NAMES.__contains__) or "<root>"
             if path not in unset:
-                problems.append(f"{path}: {_describe(error)}")
+                problems.append(f"{path}: {pydantic_message(error)}")
         raise ConfigError(problems) from None
     if problems:
         raise ConfigError(problems)

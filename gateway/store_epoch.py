@@ -17,13 +17,13 @@ import uuid
 
 from gateway.audit import AuditWriter
 from gateway.errors import StoreUnavailable
-from gateway.store.base import Store
+from gateway.store.base import LifecycleStore
 
 log = logging.getLogger(__name__)
 
 
 class StoreEpoch:
-    def __init__(self, store: Store, audit: AuditWriter, interval_s: float = 2.0) -> None:
+    def __init__(self, store: LifecycleStore, audit: AuditWriter, interval_s: float = 2.0) -> None:
         self._store = store
         self._audit = audit
         self._interval_s = interval_s

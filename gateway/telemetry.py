@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urlsplit
 
 from opentelemetry import trace
@@ -42,12 +42,24 @@ from gateway.settings import BackendKind, DeploymentSettings, TelemetrySettings
 
 if TYPE_CHECKING:
     from gateway.audit import AuditWriter
-    from gateway.quota import Admit
     from gateway.routing.router import Router
 
 log = logging.getLogger(__name__)
 
 Attributes = dict[str, AttributeValue]
+
+
+class QuotaCounters(Protocol):
+    """What the quota stage (`quota.Admit`) counts. Named by shape: the router's request traces
+    reach this module, and routing must not depend on the pipeline that `quota` is a stage of."""
+
+    @property
+    def fail_open_count(self) -> int: ...
+    @property
+    def settle_retry_count(self) -> int: ...
+    @property
+    def unsettled_count(self) -> int: ...
+
 
 # Bucket boundaries in seconds. TTFT and TPOT start from the GenAI semantic conventions' advice
 # and extend it at the ends: fast local models stream a token every few milliseconds, and
@@ -151,7 +163,7 @@ class Telemetry:
         found = self._deployments.get((model, deployment))
         return str(found[0]["gen_ai.provider.name"]) if found is not None else None
 
-    def watch(self, router: Router, quota: Admit) -> None:
+    def watch(self, router: Router, quota: QuotaCounters) -> None:
         """Register the gauges that read routing and quota state when metrics are collected, and
         hear every circuit breaker change."""
         deployments = [

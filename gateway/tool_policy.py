@@ -28,6 +28,7 @@ from gateway.backends.base import Chunk, ToolCallDelta
 from gateway.errors import InvalidRequest, PermissionDenied
 from gateway.pipeline import Handler, RequestContext
 from gateway.principal import Principal
+from gateway.store.approval_record import Approval
 from policies import (
     Allow,
     ApprovalMode,
@@ -291,14 +292,14 @@ class ToolPolicy:
             ctx.body.get("messages", []),
             policy_name,
         )
-        await self._record(ctx, name, arguments, "approval_requested", approval_id=record["id"])
-        ctx.trace.approval_requested(record["id"], name, decision.mode.value)
-        ctx.response_headers["X-Approval-Id"] = record["id"]
+        await self._record(ctx, name, arguments, "approval_requested", approval_id=record.id)
+        ctx.trace.approval_requested(record.id, name, decision.mode.value)
+        ctx.response_headers["X-Approval-Id"] = record.id
         ctx.response_headers["X-Approval-Status"] = PENDING
         if decision.mode is ApprovalMode.DEFER:
             _note(
                 chunk,
-                f"The call to '{name}' awaits human approval (approval id {record['id']}). "
+                f"The call to '{name}' awaits human approval (approval id {record.id}). "
                 "Continue with the header X-Approval-Id once it is decided.",
             )
             return 0
@@ -307,17 +308,17 @@ class ToolPolicy:
 
     async def _await(self, ctx: RequestContext, waiting: _Waiting, call: ToolCallDelta, chunk: Chunk) -> int:
         record, name = waiting.record, call.name or ""
-        pending = self._approvals.wait(record["tenant"], record["id"], waiting.decision.timeout_s, self._poll_s)
-        decided = await ctx.trace.approval_wait(record["id"], name, pending)
+        pending = self._approvals.wait(record.tenant, record.id, waiting.decision.timeout_s, self._poll_s)
+        decided = await ctx.trace.approval_wait(record.id, name, pending)
         return self._release_or_note(call, decided, chunk)
 
-    def _release_or_note(self, call: ToolCallDelta, decided: dict[str, Any], chunk: Chunk) -> int:
-        if decided["status"] == APPROVED:
-            call.extra = {"approval_id": decided["id"], "approval_token": decided["token"]}
+    def _release_or_note(self, call: ToolCallDelta, decided: Approval, chunk: Chunk) -> int:
+        if decided.status == APPROVED:
+            call.extra = {"approval_id": decided.id, "approval_token": decided.token}
             chunk.tool_calls.append(call)
             return 1
-        reason = decided.get("decision_reason") or decided["status"]
-        _note(chunk, f"The call to '{call.name}' was not approved ({decided['status']}: {reason}).")
+        reason = decided.decision_reason or decided.status
+        _note(chunk, f"The call to '{call.name}' was not approved ({decided.status}: {reason}).")
         return 0
 
     async def _record(
@@ -350,7 +351,7 @@ class ToolPolicy:
 
 @dataclass(frozen=True, slots=True)
 class _Waiting:
-    record: dict[str, Any]
+    record: Approval
     decision: NeedsApproval
 
 
@@ -372,20 +373,20 @@ class CollectApproval:
         assert ctx.principal is not None
         decided = await self._approvals.collect(ctx.principal, approval_id, ctx.body.get("messages", []))
         ctx.response_headers["X-Approval-Id"] = approval_id
-        ctx.response_headers["X-Approval-Status"] = decided["status"]
+        ctx.response_headers["X-Approval-Status"] = decided.status
         chunk = Chunk(role="assistant", finish_reason="tool_calls")
-        if decided["status"] == PENDING:
+        if decided.status == PENDING:
             _note(chunk, f"Approval {approval_id} is still pending.")
             chunk.finish_reason = "stop"
             yield chunk
             return
-        call = ToolCallDelta(0, decided["call_id"] or f"call_{approval_id}", decided["tool"], decided["arguments"])
-        if decided["status"] == APPROVED:
-            call.extra = {"approval_id": decided["id"], "approval_token": decided["token"]}
+        call = ToolCallDelta(0, decided.call_id or f"call_{approval_id}", decided.tool, decided.arguments)
+        if decided.status == APPROVED:
+            call.extra = {"approval_id": decided.id, "approval_token": decided.token}
             chunk.tool_calls.append(call)
         else:
-            reason = decided.get("decision_reason") or decided["status"]
-            _note(chunk, f"The call to '{call.name}' was not approved ({decided['status']}: {reason}).")
+            reason = decided.decision_reason or decided.status
+            _note(chunk, f"The call to '{call.name}' was not approved ({decided.status}: {reason}).")
             chunk.finish_reason = "stop"
         yield chunk
 

@@ -99,9 +99,6 @@ class ChunkRenderer:
     def render_usage(self, usage: Usage) -> dict[str, Any]:
         return {**self._head, "choices": [], "usage": usage.to_dict()}
 
-    def render_error(self, message: str, error_type: str, code: str) -> dict[str, Any]:
-        return {"error": {"message": message, "type": error_type, "param": None, "code": code}}
-
 
 def _render_tool_call(delta: ToolCallDelta) -> dict[str, Any]:
     out: dict[str, Any] = {"index": delta.index, **delta.extra}

@@ -26,6 +26,7 @@ from referencing import Registry
 from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
 
+from common.problems import key_path
 from policies import formats
 
 Loc = tuple[str | int, ...]
@@ -191,17 +192,6 @@ def compile_validator(schema: Mapping[str, Any]) -> Validator:
     return validator
 
 
-def format_loc(loc: Loc, root: str = "") -> str:
-    """`('items', 0, 'name')` -> `items[0].name`, the path style used in every message here."""
-    path = root
-    for part in loc:
-        if isinstance(part, int):
-            path += f"[{part}]"
-        else:
-            path = f"{path}.{part}" if path else str(part)
-    return path
-
-
 def _clip(text: str) -> str:
     # Reasons reach logs and clients; a model can put megabytes into an argument.
     return text if len(text) <= _REASON_LIMIT else text[: _REASON_LIMIT - 1] + "…"
@@ -209,7 +199,7 @@ def _clip(text: str) -> str:
 
 def describe_violation(error: ValidationError) -> str:
     """`amount: 5000 is greater than the maximum of 1000`: the argument path, then the rule."""
-    path = format_loc(tuple(error.absolute_path)) or "arguments"
+    path = key_path(error.absolute_path) or "arguments"
     return _clip(f"{path}: {error.message}")
 
 

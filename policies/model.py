@@ -17,7 +17,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from policies.arguments import Loc, format_loc, schema_problems
+from common.problems import key_path, pydantic_message
+from policies.arguments import Loc, schema_problems
 
 TOOL_NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
 # pydantic's error type for problems found by our own validators, each with its own sub-path.
@@ -52,7 +53,7 @@ class PolicyError(Exception):
 
 
 def _problems_error(problems: list[tuple[Loc, str]]) -> PydanticCustomError:
-    summary = "; ".join(f"{format_loc(loc) or '<here>'}: {message}" for loc, message in problems)
+    summary = "; ".join(f"{key_path(loc) or '<here>'}: {message}" for loc, message in problems)
     return PydanticCustomError(_PROBLEMS, "{summary}", {"summary": summary, "problems": problems})
 
 
@@ -155,24 +156,15 @@ class PolicyFile(BaseModel):
         return self
 
 
-def _describe(error: Any) -> str:
-    message = str(error["msg"])
-    if error["type"] == "value_error":
-        message = message.removeprefix("Value error, ")
-    if error["type"] == "extra_forbidden":
-        message = "unknown key"
-    return message
-
-
 def _validation_problems(exc: ValidationError) -> list[str]:
     problems: list[str] = []
     for error in exc.errors():
         loc: Loc = tuple(error["loc"])
         if error["type"] == _PROBLEMS:
             for sub_loc, message in error["ctx"]["problems"]:
-                problems.append(f"{format_loc(loc + sub_loc) or '<root>'}: {message}")
+                problems.append(f"{key_path(loc + sub_loc) or '<root>'}: {message}")
         else:
-            problems.append(f"{format_loc(loc) or '<root>'}: {_describe(error)}")
+            problems.append(f"{key_path(loc) or '<root>'}: {pydantic_message(error)}")
     return problems
 
 
@@ -194,7 +186,7 @@ def _cross_reference_problems(raw: Mapping[str, Any]) -> list[str]:
     bindings = raw.get("bindings")
     if isinstance(bindings, Mapping):
         problems += _unknown_bindings({str(name) for name in policies}, bindings)
-    return [f"{format_loc(loc)}: {message}" for loc, message in problems]
+    return [f"{key_path(loc)}: {message}" for loc, message in problems]
 
 
 def parse_policy_file(raw: Any) -> PolicyFile:

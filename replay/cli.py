@@ -197,14 +197,39 @@ def _exit_code(document: dict[str, object], allow_lag: bool) -> int:
 )
 @click.option("--quiet", is_flag=True, help="No live progress line.")
 @click.option("--loop", type=click.Choice(["auto", "asyncio", "uvloop"]), default="auto", show_default=True)
-def run_command(samples: Path, base_url: str, api_key: str | None, headers: tuple[str, ...], model: str | None,
-                max_tokens: int | None, stream: bool | None, concurrency: int | None, rate: float | None,
-                original_timing: bool, time_scale: float, count: int | None, duration: float | None,
-                drain_timeout: float, seed: int, connect_timeout: float, first_token_timeout: float,
-                stall_timeout: float, request_timeout: float, length_ok: bool, slos: tuple[str, ...],
-                min_goodput: float | None, gates: tuple[str, ...], min_success_rate: float, max_lag_ms: float,
-                allow_lag: bool, per_request: bool, out: Path | None, html_path: Path | None, quiet: bool,
-                loop: str) -> None:  # fmt: skip
+def run_command(
+    samples: Path,
+    base_url: str,
+    api_key: str | None,
+    headers: tuple[str, ...],
+    model: str | None,
+    max_tokens: int | None,
+    stream: bool | None,
+    concurrency: int | None,
+    rate: float | None,
+    original_timing: bool,
+    time_scale: float,
+    count: int | None,
+    duration: float | None,
+    drain_timeout: float,
+    seed: int,
+    connect_timeout: float,
+    first_token_timeout: float,
+    stall_timeout: float,
+    request_timeout: float,
+    length_ok: bool,
+    slos: tuple[str, ...],
+    min_goodput: float | None,
+    gates: tuple[str, ...],
+    min_success_rate: float,
+    max_lag_ms: float,
+    allow_lag: bool,
+    per_request: bool,
+    out: Path | None,
+    html_path: Path | None,
+    quiet: bool,
+    loop: str,
+) -> None:
     """Replay SAMPLES against an OpenAI-compatible endpoint and measure it."""
     try:
         parsed_slos = tuple(parse_slo(text) for text in slos)
@@ -215,10 +240,16 @@ def run_command(samples: Path, base_url: str, api_key: str | None, headers: tupl
         raise click.UsageError(str(exc)) from exc
     if any(gate.name == "goodput" for gate in parsed_gates) and not parsed_slos:
         raise click.UsageError("a goodput gate needs at least one --slo")
-    client = ClientConfig(base_url=base_url, api_key=api_key, headers=_headers(headers),
-                          connect_timeout_s=connect_timeout, first_token_timeout_s=first_token_timeout,
-                          stall_timeout_s=stall_timeout, request_timeout_s=request_timeout,
-                          length_is_failure=not length_ok)  # fmt: skip
+    client = ClientConfig(
+        base_url=base_url,
+        api_key=api_key,
+        headers=_headers(headers),
+        connect_timeout_s=connect_timeout,
+        first_token_timeout_s=first_token_timeout,
+        stall_timeout_s=stall_timeout,
+        request_timeout_s=request_timeout,
+        length_is_failure=not length_ok,
+    )
     options = RunOptions(
         samples_path=samples,
         client=client,
@@ -271,8 +302,16 @@ def run_command(samples: Path, base_url: str, api_key: str | None, headers: tupl
     is_flag=True,
     help="Compare even when the runs replayed different samples or settings (warned, not refused).",
 )
-def compare_command(base: Path, candidate: Path, threshold: float, rate_threshold: float, resamples: int,
-                    confidence: float, seed: int, allow_different_workload: bool) -> None:  # fmt: skip
+def compare_command(
+    base: Path,
+    candidate: Path,
+    threshold: float,
+    rate_threshold: float,
+    resamples: int,
+    confidence: float,
+    seed: int,
+    allow_different_workload: bool,
+) -> None:
     """Compare two result files; exit 1 on a significant regression beyond the threshold."""
     try:
         base_doc, candidate_doc = load_result(base), load_result(candidate)
@@ -284,7 +323,14 @@ def compare_command(base: Path, candidate: Path, threshold: float, rate_threshol
             click.echo(f"refusing to compare: {mismatch} (--allow-different-workload to compare anyway)", err=True)
             sys.exit(EXIT_DIFFERENT_WORKLOAD)
         click.echo(f"WARNING: {mismatch}; the comparison below may show the workload, not the endpoint", err=True)
-    verdicts = compare_results(base_doc, candidate_doc, threshold=threshold, rate_threshold=rate_threshold,
-                               resamples=resamples, confidence=confidence, seed=seed)  # fmt: skip
+    verdicts = compare_results(
+        base_doc,
+        candidate_doc,
+        threshold=threshold,
+        rate_threshold=rate_threshold,
+        resamples=resamples,
+        confidence=confidence,
+        seed=seed,
+    )
     click.echo(render_comparison(verdicts, base_doc, candidate_doc, (str(base), str(candidate))))
     sys.exit(EXIT_REGRESSION if any(v.regression for v in verdicts) else 0)

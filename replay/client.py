@@ -28,10 +28,11 @@ from typing import Any
 import httpx
 import orjson
 
+from common.sse_reader import SseReader
 from replay import record as r
 from replay.record import RequestRecord
 from replay.samples import Prepared
-from replay.stream import SseSplitter, StreamState, estimate_tokens, first_invalid_arguments
+from replay.stream import StreamState, estimate_tokens, first_invalid_arguments
 from replay.wire import coalescing_transport
 
 # httpx imports httpcore when the first client is built (~60 ms) and httpcore imports these on the
@@ -215,10 +216,10 @@ class _Exchange:
         self.state.fail(r.http_reason(response.status_code), detail)
 
     async def _read_stream(self, response: httpx.Response) -> None:
-        splitter, state = SseSplitter(), self.state
+        reader, state = SseReader(), self.state
         async for data in response.aiter_bytes():
             now = time.perf_counter()
-            for name, payload in splitter.feed(data):
+            for payload, name, _ in reader.feed(data):
                 state.on_event(name, payload, now)
                 if state.done and self._ended is None:
                     self._ended = now
@@ -226,7 +227,7 @@ class _Exchange:
             if state.output_times and not state.done:
                 self.guard.reschedule(min(self._loop.time() + self._config.stall_timeout_s, self._overall))
         now = time.perf_counter()
-        for name, payload in splitter.flush():
+        for payload, name, _ in reader.close():
             state.on_event(name, payload, now)
         if self._ended is None:
             self._ended = now

@@ -74,10 +74,13 @@ def _headline(document: Mapping[str, Any]) -> str:
         ("length cut-offs", str(summary.get("length_cutoffs", 0))),
         ("tool calls", _tool_text(summary.get("tool_calls", {}))),
         ("goodput", pct(summary.get("goodput")) + _slo_text(summary)),
-        ("throughput", f"{summary.get('requests_per_s') or 0:.2f} req/s, "
-                       f"{summary.get('output_tokens_per_s') or 0:.1f} output tok/s"),
+        (
+            "throughput",
+            f"{summary.get('requests_per_s') or 0:.2f} req/s, "
+            f"{summary.get('output_tokens_per_s') or 0:.1f} output tok/s",
+        ),
         ("wall time", f"{summary['wall_s']:.2f} s"),
-    ]  # fmt: skip
+    ]
     return state + _table(["", ""], rows, left=2)
 
 
@@ -169,8 +172,10 @@ def _per_request(document: Mapping[str, Any]) -> str:
 def _gates(gates: Sequence[Mapping[str, Any]]) -> str:
     if not gates:
         return "<p>No gates.</p>"
-    rows = [[g["gate"], "-" if g["value"] is None else f"{g['value']:.4g}", "pass" if g["passed"] else "FAIL"]
-            for g in gates]  # fmt: skip
+    rows = [
+        [g["gate"], "-" if g["value"] is None else f"{g['value']:.4g}", "pass" if g["passed"] else "FAIL"]
+        for g in gates
+    ]
     return _table(["gate", "value", "result"], rows)
 
 

@@ -20,46 +20,82 @@ LATENCY_METRICS = ("ttft", "tpot", "itl", "e2e", "setup")
 SLO_METRICS = ("ttft", "tpot", "e2e")
 
 DEFINITIONS: tuple[tuple[str, str], ...] = (
-    ("TTFT", "Time to first token: from the moment just before the first byte of the request is handed to "
-     "the transport (after any connect; connect and pool wait are in Setup) to the network read that "
-     "delivers the first chunk carrying content, reasoning or a tool-call delta. The role-only first chunk "
-     "does not count. For a non-streamed request, the arrival of the whole body (TTFT = E2E). The clock "
-     "starts before the write, so the tool's own delays can only make TTFT read high, never below the "
-     "server's receive-to-first-byte time; each request's client delay says by how much at most."),
-    ("TPOT", "Time per output token after the first: (E2E - TTFT) / (output tokens - 1), one value per "
-     "request. Streamed requests with at least two output tokens delivered in at least two chunks only: "
-     "an answer that arrives in one chunk (a tool call sent whole) has no generation pace to measure and "
-     "is counted under tpot_excluded. vLLM bench's TPOT; GuideLLM's ITL."),
-    ("TPOT (token-weighted)", "The same per-request TPOT, each request weighted by its output tokens - 1: "
-     "the pace of the average token rather than of the average request."),
-    ("ITL", "Inter-token latency: every gap between consecutive output-carrying chunks of a stream, pooled "
-     "over requests. Chunks delivered by the same network read are 0 apart. vLLM bench's ITL."),
-    ("E2E", "End-to-end latency: from the same start as TTFT to the arrival of data: [DONE] (streams) or "
-     "of the whole body."),
-    ("Setup", "From dispatch to the start of the TTFT clock: connection-pool wait and TCP connect. "
-     "Reported apart; not part of TTFT or E2E."),
-    ("Output tokens", "usage.completion_tokens (stream_options.include_usage is always requested when "
-     "streaming); without usage, the number of output-carrying chunks for a stream, or a count of words "
-     "and punctuation marks (regex \\w+|[^\\w\\s]) for a body. Each record's tokens_source says which."),
-    ("Success rate", "Succeeded / requests. Requests still running when the run's drain deadline passed "
-     "are cancelled and not counted. finish_reason length the sample did not expect (no --max-tokens, "
-     "no expect_finish_reason) is reported as 'length' and fails unless --length-ok; its latency is "
-     "reported all the same. A sample with expect_tool_call: true fails as no_tool_call without one. "
-     "A run exits 1 when the success rate is below --min-success-rate (default 0.5) or nothing succeeded."),
-    ("Goodput", "Share of requests that succeeded and met every SLO. An SLO on a metric a request does not "
-     "define (TPOT of a one-token reply) does not fail it. A request whose timing was excluded for client "
-     "delay and that missed an SLO by no more than that delay is left out of the share (unjudged)."),
-    ("Throughput", "Requests/s: successful requests / wall time of the run (first dispatch to last "
-     "completion). Output tokens/s: output tokens of successful requests / the same wall time."),
-    ("Percentiles", "Over requests that produced output (succeeded, or cut off by length) and whose timing "
-     "was not excluded, by linear interpolation between closest ranks (numpy's default)."),
-    ("Client delay", "Per request, the most the tool's own event loop could have added to its figures: the "
-     "time from the start of its clock to the request written, and how late the loop was (a 1 ms ticker) "
-     "at the read of its first output and at its last read. A request whose client delay exceeds "
-     "max(--max-lag, 3% of its TTFT) is left out of the latency figures and counted. Dispatch lateness "
-     "(how late a request left against its schedule) is reported apart: it changes the offered load, "
-     "not latency."),
-)  # fmt: skip
+    (
+        "TTFT",
+        "Time to first token: from the moment just before the first byte of the request is handed to "
+        "the transport (after any connect; connect and pool wait are in Setup) to the network read that "
+        "delivers the first chunk carrying content, reasoning or a tool-call delta. The role-only first chunk "
+        "does not count. For a non-streamed request, the arrival of the whole body (TTFT = E2E). The clock "
+        "starts before the write, so the tool's own delays can only make TTFT read high, never below the "
+        "server's receive-to-first-byte time; each request's client delay says by how much at most.",
+    ),
+    (
+        "TPOT",
+        "Time per output token after the first: (E2E - TTFT) / (output tokens - 1), one value per "
+        "request. Streamed requests with at least two output tokens delivered in at least two chunks only: "
+        "an answer that arrives in one chunk (a tool call sent whole) has no generation pace to measure and "
+        "is counted under tpot_excluded. vLLM bench's TPOT; GuideLLM's ITL.",
+    ),
+    (
+        "TPOT (token-weighted)",
+        "The same per-request TPOT, each request weighted by its output tokens - 1: "
+        "the pace of the average token rather than of the average request.",
+    ),
+    (
+        "ITL",
+        "Inter-token latency: every gap between consecutive output-carrying chunks of a stream, pooled "
+        "over requests. Chunks delivered by the same network read are 0 apart. vLLM bench's ITL.",
+    ),
+    (
+        "E2E",
+        "End-to-end latency: from the same start as TTFT to the arrival of data: [DONE] (streams) or "
+        "of the whole body.",
+    ),
+    (
+        "Setup",
+        "From dispatch to the start of the TTFT clock: connection-pool wait and TCP connect. "
+        "Reported apart; not part of TTFT or E2E.",
+    ),
+    (
+        "Output tokens",
+        "usage.completion_tokens (stream_options.include_usage is always requested when "
+        "streaming); without usage, the number of output-carrying chunks for a stream, or a count of words "
+        "and punctuation marks (regex \\w+|[^\\w\\s]) for a body. Each record's tokens_source says which.",
+    ),
+    (
+        "Success rate",
+        "Succeeded / requests. Requests still running when the run's drain deadline passed "
+        "are cancelled and not counted. finish_reason length the sample did not expect (no --max-tokens, "
+        "no expect_finish_reason) is reported as 'length' and fails unless --length-ok; its latency is "
+        "reported all the same. A sample with expect_tool_call: true fails as no_tool_call without one. "
+        "A run exits 1 when the success rate is below --min-success-rate (default 0.5) or nothing succeeded.",
+    ),
+    (
+        "Goodput",
+        "Share of requests that succeeded and met every SLO. An SLO on a metric a request does not "
+        "define (TPOT of a one-token reply) does not fail it. A request whose timing was excluded for client "
+        "delay and that missed an SLO by no more than that delay is left out of the share (unjudged).",
+    ),
+    (
+        "Throughput",
+        "Requests/s: successful requests / wall time of the run (first dispatch to last "
+        "completion). Output tokens/s: output tokens of successful requests / the same wall time.",
+    ),
+    (
+        "Percentiles",
+        "Over requests that produced output (succeeded, or cut off by length) and whose timing "
+        "was not excluded, by linear interpolation between closest ranks (numpy's default).",
+    ),
+    (
+        "Client delay",
+        "Per request, the most the tool's own event loop could have added to its figures: the "
+        "time from the start of its clock to the request written, and how late the loop was (a 1 ms ticker) "
+        "at the read of its first output and at its last read. A request whose client delay exceeds "
+        "max(--max-lag, 3% of its TTFT) is left out of the latency figures and counted. Dispatch lateness "
+        "(how late a request left against its schedule) is reported apart: it changes the offered load, "
+        "not latency.",
+    ),
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -185,8 +185,20 @@ def _timing_line(timing: Mapping[str, Any] | None) -> str:
     )
 
 
-PER_REQUEST_COLUMNS = ("#", "sample", "status", "result", "finish", "TTFT ms", "TPOT ms", "E2E ms", "tokens",
-                       "tool call", "client delay ms", "timing")  # fmt: skip
+PER_REQUEST_COLUMNS = (
+    "#",
+    "sample",
+    "status",
+    "result",
+    "finish",
+    "TTFT ms",
+    "TPOT ms",
+    "E2E ms",
+    "tokens",
+    "tool call",
+    "client delay ms",
+    "timing",
+)
 
 
 def per_request_rows(document: Mapping[str, Any]) -> list[list[str]]:
@@ -198,12 +210,22 @@ def per_request_rows(document: Mapping[str, Any]) -> list[list[str]]:
         if expected is not None:
             tool += f" (expected {'yes' if expected else 'no'})"
         tpot = ms(record.get("tpot_s"), 2) if record.get("tpot_s") is not None else (record.get("tpot_excluded") or "-")
-        rows.append([
-            str(record["index"]), str(record["sample_id"]), str(record.get("status") or "-"),
-            "ok" if record.get("ok") else str(record.get("reason")), str(record.get("finish_reason") or "-"),
-            ms(record.get("ttft_s"), 2), tpot, ms(record.get("e2e_s"), 2), str(record.get("output_tokens") or "-"),
-            tool, ms(record.get("client_delay_s"), 2), "ok" if record.get("timing_ok", True) else "excluded",
-        ])  # fmt: skip
+        rows.append(
+            [
+                str(record["index"]),
+                str(record["sample_id"]),
+                str(record.get("status") or "-"),
+                "ok" if record.get("ok") else str(record.get("reason")),
+                str(record.get("finish_reason") or "-"),
+                ms(record.get("ttft_s"), 2),
+                tpot,
+                ms(record.get("e2e_s"), 2),
+                str(record.get("output_tokens") or "-"),
+                tool,
+                ms(record.get("client_delay_s"), 2),
+                "ok" if record.get("timing_ok", True) else "excluded",
+            ]
+        )
     return rows
 
 

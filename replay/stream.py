@@ -1,8 +1,8 @@
-"""Reading an SSE chat-completions stream: splitting events and interpreting each chunk.
+"""Interpreting an SSE chat-completions stream, event by event.
 
-Parsing is done here on raw bytes rather than through a generic SSE library so that every event
-gets the arrival time of the network read that delivered it, and so that a broken event is seen
-as broken instead of being skipped.
+The events come from `common.sse_reader`, on raw bytes and per network read, so that every event
+gets the arrival time of the read that delivered it; a broken event is seen as broken here
+instead of being skipped.
 """
 
 from __future__ import annotations
@@ -22,45 +22,6 @@ _TOKEN_ESTIMATE = re.compile(r"\w+|[^\w\s]")
 
 def estimate_tokens(text: str) -> int:
     return len(_TOKEN_ESTIMATE.findall(text))
-
-
-class SseSplitter:
-    """Splits a byte stream into SSE events, yielding `(event name, data)` per complete event."""
-
-    __slots__ = ("_buffer",)
-
-    def __init__(self) -> None:
-        self._buffer = b""
-
-    def feed(self, data: bytes) -> list[tuple[bytes, bytes]]:
-        buffer = self._buffer + data
-        if b"\r" in buffer:
-            # A trailing CR may be the first half of CRLF; wait for the next read to decide.
-            keep = buffer.endswith(b"\r")
-            body = buffer[:-1] if keep else buffer
-            buffer = body.replace(b"\r\n", b"\n").replace(b"\r", b"\n") + (b"\r" if keep else b"")
-        *complete, self._buffer = buffer.split(b"\n\n")
-        return [event for block in complete if (event := _parse_block(block)) is not None]
-
-    def flush(self) -> list[tuple[bytes, bytes]]:
-        """The last event of a stream that ended without its blank line."""
-        block, self._buffer = self._buffer.rstrip(b"\r\n"), b""
-        event = _parse_block(block) if block else None
-        return [event] if event is not None else []
-
-
-def _parse_block(block: bytes) -> tuple[bytes, bytes] | None:
-    name = b""
-    data: list[bytes] = []
-    for line in block.split(b"\n"):
-        if line.startswith(b"data:"):
-            value = line[5:]
-            data.append(value[1:] if value.startswith(b" ") else value)
-        elif line.startswith(b"event:"):
-            name = line[6:].strip()
-    if not data:
-        return None  # comments (keep-alives) and field-only blocks carry no chunk
-    return name, b"\n".join(data)
 
 
 @dataclass(slots=True)

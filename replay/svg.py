@@ -72,21 +72,31 @@ def axes(frame: Frame, x_label: str, y_label: str) -> list[str]:
     parts = []
     for tick in nice_ticks(*frame.x_range):
         x = frame.x(tick)
-        parts.append(f'<line x1="{x:.1f}" y1="{frame.top}" x2="{x:.1f}" y2="{frame.height - frame.bottom}" '
-                     f'stroke="#eee"/><text x="{x:.1f}" y="{frame.height - frame.bottom + 16}" '
-                     f'text-anchor="middle">{_label(tick)}</text>')  # fmt: skip
+        parts.append(
+            f'<line x1="{x:.1f}" y1="{frame.top}" x2="{x:.1f}" y2="{frame.height - frame.bottom}" '
+            f'stroke="#eee"/><text x="{x:.1f}" y="{frame.height - frame.bottom + 16}" '
+            f'text-anchor="middle">{_label(tick)}</text>'
+        )
     for tick in nice_ticks(*frame.y_range):
         y = frame.y(tick)
-        parts.append(f'<line x1="{frame.left}" y1="{y:.1f}" x2="{frame.width - frame.right}" y2="{y:.1f}" '
-                     f'stroke="#eee"/><text x="{frame.left - 6}" y="{y + 4:.1f}" text-anchor="end">'
-                     f"{_label(tick)}</text>")  # fmt: skip
+        parts.append(
+            f'<line x1="{frame.left}" y1="{y:.1f}" x2="{frame.width - frame.right}" y2="{y:.1f}" '
+            f'stroke="#eee"/><text x="{frame.left - 6}" y="{y + 4:.1f}" text-anchor="end">'
+            f"{_label(tick)}</text>"
+        )
     bottom = frame.height - frame.bottom
-    parts.append(f'<polyline points="{frame.left},{frame.top} {frame.left},{bottom} '
-                 f'{frame.width - frame.right},{bottom}" fill="none" stroke="#333"/>')  # fmt: skip
-    parts.append(f'<text x="{(frame.left + frame.width - frame.right) / 2}" y="{frame.height - 8}" '
-                 f'text-anchor="middle">{escape(x_label)}</text>')  # fmt: skip
-    parts.append(f'<text transform="translate(14 {(frame.top + bottom) / 2}) rotate(-90)" '
-                 f'text-anchor="middle">{escape(y_label)}</text>')  # fmt: skip
+    parts.append(
+        f'<polyline points="{frame.left},{frame.top} {frame.left},{bottom} '
+        f'{frame.width - frame.right},{bottom}" fill="none" stroke="#333"/>'
+    )
+    parts.append(
+        f'<text x="{(frame.left + frame.width - frame.right) / 2}" y="{frame.height - 8}" '
+        f'text-anchor="middle">{escape(x_label)}</text>'
+    )
+    parts.append(
+        f'<text transform="translate(14 {(frame.top + bottom) / 2}) rotate(-90)" '
+        f'text-anchor="middle">{escape(y_label)}</text>'
+    )
     return parts
 
 
@@ -121,8 +131,9 @@ def cdf_chart(title: str, series: Sequence[tuple[str, Sequence[float]]], x_label
         coords = " ".join(f"{frame.x(x):.1f},{frame.y(y):.1f}" for x, y in points)
         body.append(f'<polyline points="{coords}" fill="none" stroke="{color}" stroke-width="1.8"/>')
         # Top left: a CDF climbs towards the top right, so that corner is where the curve is not.
-        body.append(f'<text x="{frame.left + 6}" y="{frame.top + 14 + 14 * n}" '
-                    f'fill="{color}">{escape(name)} (n={count})</text>')  # fmt: skip
+        body.append(
+            f'<text x="{frame.left + 6}" y="{frame.top + 14 + 14 * n}" fill="{color}">{escape(name)} (n={count})</text>'
+        )
     if not present:
         body.append(f'<text x="{frame.width / 2}" y="{frame.height / 2}" text-anchor="middle">no data</text>')
     return document(frame, title, body)
@@ -143,24 +154,34 @@ def scatter_chart(
                 body.append(f'<path d="M{cx - 3:.1f} {cy - 3:.1f}l6 6m0 -6l-6 6" stroke="{color}"/>')
             else:
                 body.append(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="2" fill="{color}" fill-opacity="0.6"/>')
-        body.append(f'<text x="{frame.width - frame.right - 4}" y="{frame.top + 14 + 14 * n}" text-anchor="end" '
-                    f'fill="{color}">{escape(name)} ({len(points)})</text>')  # fmt: skip
+        body.append(
+            f'<text x="{frame.width - frame.right - 4}" y="{frame.top + 14 + 14 * n}" text-anchor="end" '
+            f'fill="{color}">{escape(name)} ({len(points)})</text>'
+        )
     return document(frame, title, body)
 
 
 def bar_chart(title: str, bars: Sequence[tuple[str, int, bool]]) -> str:
     """Horizontal bars `(label, count, counts as failure)`; non-failures are drawn grey."""
     height = max(80, 40 + 22 * len(bars))
-    frame = Frame((0.0, float(max((count for _, count, _ in bars), default=1))), (0.0, 1.0), height=height,
-                  left=180, right=40, bottom=16)  # fmt: skip
+    frame = Frame(
+        (0.0, float(max((count for _, count, _ in bars), default=1))),
+        (0.0, 1.0),
+        height=height,
+        left=180,
+        right=40,
+        bottom=16,
+    )
     body = []
     for n, (label, count, failure) in enumerate(bars):
         y = frame.top + 22 * n
         width = frame.x(count) - frame.left
         color = FAILURE_COLOR if failure else "#999"
-        body.append(f'<text x="{frame.left - 6}" y="{y + 13}" text-anchor="end">{escape(label)}</text>'
-                    f'<rect x="{frame.left}" y="{y}" width="{width:.1f}" height="16" fill="{color}"/>'
-                    f'<text x="{frame.left + width + 4:.1f}" y="{y + 13}">{count}</text>')  # fmt: skip
+        body.append(
+            f'<text x="{frame.left - 6}" y="{y + 13}" text-anchor="end">{escape(label)}</text>'
+            f'<rect x="{frame.left}" y="{y}" width="{width:.1f}" height="16" fill="{color}"/>'
+            f'<text x="{frame.left + width + 4:.1f}" y="{y + 13}">{count}</text>'
+        )
     if not bars:
         body.append(f'<text x="{frame.left}" y="{frame.top + 16}">no failures</text>')
     return document(frame, title, body)

@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from gateway.audit import AuditWriter, canonical, iterate, verify_store
+from gateway.audit import AuditWriter, iterate, verify_store
 from gateway.errors import StoreUnavailable
 from gateway.settings import EmbeddedStoreSettings, RedisStoreSettings
+from gateway.store.audit_batch import canonical
 from gateway.store.base import Store
 from gateway.store.embedded import EmbeddedStore
 from gateway.store.redis_store import RedisStore
@@ -33,7 +34,7 @@ async def until(condition: Callable[[], bool], within_s: float = 10.0) -> None:
 
 
 async def records(store: Store) -> list[dict[str, object]]:
-    return [r async for r in iterate(store)]
+    return [r.to_dict() async for r in iterate(store)]
 
 
 @pytest.fixture

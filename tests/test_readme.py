@@ -35,11 +35,13 @@ def test_ci_runs_the_documented_lint_command() -> None:
     assert lint_command() in ci
 
 
-def test_the_documented_ruff_commands_pass_on_this_checkout() -> None:
-    """ruff is quick; mypy (the command's last part) runs in CI and before each commit."""
-    ruff_part = lint_command().removesuffix(" && mypy")
-    assert "mypy" not in ruff_part
-    command = ruff_part.replace("ruff ", f"{sys.executable} -m ruff ")
+def test_the_documented_ruff_and_import_checks_pass_on_this_checkout() -> None:
+    """ruff and lint-imports are quick; mypy (the command's last part) runs in CI and before each commit."""
+    quick_part = lint_command().removesuffix(" && mypy")
+    assert "mypy" not in quick_part
+    assert "lint-imports" in quick_part
+    command = quick_part.replace("ruff ", f"{sys.executable} -m ruff ")
+    command = command.replace("lint-imports", str(Path(sys.executable).parent / "lint-imports"))
     done = subprocess.run(["bash", "-c", command], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
 

@@ -16,6 +16,7 @@ from gateway.session_log import SessionLog
 from gateway.sessions import LiveSession, SessionManager
 from gateway.settings import RedisStoreSettings, SessionSettings
 from gateway.store.redis_store import RedisStore
+from gateway.store.session_record import SessionState
 from tests.store.test_redis_unavailable import free_port
 
 
@@ -27,7 +28,7 @@ async def never_called(ctx: RequestContext) -> AsyncGenerator[Chunk, None]:
 async def test_checkpoints_back_off_and_log_rarely_while_the_store_is_down(caplog: pytest.LogCaptureFixture) -> None:
     store = RedisStore(RedisStoreSettings(url=f"redis://127.0.0.1:{free_port()}/0", key_prefix="agw-test"))
     manager = SessionManager(store, SessionSettings(), "replica-1", never_called)
-    live = LiveSession("acme", "s1", SessionLog(), {"status": "streaming"})
+    live = LiveSession("acme", "s1", SessionLog(), SessionState("streaming"))
     manager._live[("acme", "s1")] = live  # a stream in progress, as `start` leaves it
     with caplog.at_level(logging.INFO, logger="gateway.sessions"):
         manager.start_checkpoints()

@@ -74,7 +74,7 @@ async def run(
     ctx.principal = PRINCIPAL
     chunks = [c async for c in handler(ctx)]
     await audit.flush()
-    return chunks, [r async for r in iterate(store) if r["kind"] == "policy"]
+    return chunks, [r.to_dict() async for r in iterate(store) if r.body["kind"] == "policy"]
 
 
 def calls(chunks: list[Chunk]) -> list[ToolCallDelta]:

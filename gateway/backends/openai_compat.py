@@ -13,7 +13,6 @@ that a slow client is never mistaken for a slow upstream.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import math
 import urllib.request
@@ -24,6 +23,7 @@ from urllib.parse import SplitResult, urlsplit
 import httpx
 import orjson
 
+from common.sse_reader import SseEvent, SseReader
 from gateway.backends.base import BackendRequest, Chunk
 from gateway.backends.http_transport import (
     ConnectFailed,
@@ -104,15 +104,16 @@ class OpenAICompatBackend:
             try:
                 if upstream.status != 200:
                     raise await self._status_error(upstream)
-                events = _SSEData(upstream, deadline)
-                while (data := await events.next()) is not None:
-                    if data == _DONE:
-                        done = True
-                        break
-                    chunk = self._parse(data)
-                    if chunk.carries_output:
-                        deadline.got_output()
-                    yield chunk
+                sse = _SSEBody(upstream, deadline)
+                while not done and (events := await sse.read()) is not None:
+                    for data, _, _ in events:
+                        if data == _DONE:
+                            done = True
+                            break
+                        chunk = self._parse(data)
+                        if chunk.carries_output:
+                            deadline.got_output()
+                        yield chunk
             finally:
                 # After [DONE] the body's end is read, so that the connection serves again; an
                 # unfinished answer closes it, which is also what stops the upstream generating.
@@ -268,32 +269,28 @@ class _Deadline:
         self._timer, self._timer_at = None, math.inf
 
 
-class _SSEData:
-    """The payload of each `data:` line of an SSE body, read from the network only as needed."""
+class _SSEBody:
+    """The events of an SSE body, read from the network only as the consumer asks for more."""
 
     def __init__(self, body: _Upstream, deadline: _Deadline) -> None:
         self._body = body
         self._deadline = deadline
-        self._lines: collections.deque[bytes] = collections.deque()
-        self._partial = b""
+        self._reader: SseReader | None = SseReader()
         self._started = False
 
-    async def next(self) -> bytes | None:
-        """The next payload; None once the body has ended."""
-        lines = self._lines
-        while True:
-            while lines:
-                line = lines.popleft()
-                if line.startswith(b"data:"):  # skips comments (keep-alives), event names, separators
-                    return line[5:].strip()
-            if self._started:
-                self._deadline.rearm()  # the consumer is back: the stall clock starts from now
-            self._started = True
-            part = await self._body.receive()
-            if not part:
-                return None
-            *complete, self._partial = (self._partial + part).split(b"\n")
-            lines.extend(complete)
+    async def read(self) -> list[SseEvent] | None:
+        """The events the next network read completed (perhaps none); None once the body has ended."""
+        reader = self._reader
+        if reader is None:
+            return None
+        if self._started:
+            self._deadline.rearm()  # the consumer is back: the stall clock starts from now
+        self._started = True
+        part = await self._body.receive()
+        if part:
+            return reader.feed(part)
+        self._reader = None
+        return reader.close()
 
 
 class _HttpxResponse:

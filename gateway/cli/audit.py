@@ -11,9 +11,10 @@ from typing import Any
 import click
 import orjson
 
-from gateway.audit import Verdict, canonical, check_head, head_mark, iterate, verify_records
+from gateway.audit import Verdict, check_head, head_mark, iterate, verify_records
 from gateway.cli.context import CliContext, config_option, run
-from gateway.store.base import AuditHead
+from gateway.store.audit_batch import canonical
+from gateway.store.base import AuditHead, AuditRecord
 
 
 def _time(value: str | None) -> float | None:
@@ -29,8 +30,13 @@ def _time(value: str | None) -> float | None:
         raise click.BadParameter(f"{value!r}: expected a Unix time or an ISO date/time") from None
 
 
-def _read_archive(path: Path) -> list[dict[str, Any]]:
-    return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+def _read_archive(path: Path) -> list[AuditRecord]:
+    lines = [line for line in path.read_bytes().splitlines() if line.strip()]
+    try:
+        return [AuditRecord.from_json(line) for line in lines]
+    except ValueError as error:  # orjson's JSONDecodeError is one too
+        click.echo(f"{path}: TAMPERED: a line is not an audit record: {error}", err=True)
+        sys.exit(1)
 
 
 def _report(verdict: Verdict, where: str) -> None:
@@ -88,17 +94,21 @@ def verify_command(
     for path in files:
         records = _read_archive(path)
         # A file may start anywhere in the chain: its first record says where it links on.
-        start = AuditHead(int(records[0]["seq"]) - 1, str(records[0]["prev"])) if records else AuditHead(0, "")
+        start = AuditHead(records[0].seq - 1, records[0].prev) if records else AuditHead(0, "")
         _report(verify_records(records, start, key), str(path))
     if config_path is None:
         if not files:
             raise click.UsageError("name a store with --config, or files with --file")
         return
 
-    async def work(ctx: CliContext) -> tuple[list[dict[str, Any]], AuditHead, AuditHead]:
+    async def work(ctx: CliContext) -> tuple[list[AuditRecord], AuditHead, AuditHead]:
         head = await ctx.store.audit_head()  # first: records appended meanwhile only add to the chain
         anchor = await ctx.store.audit_anchor()
-        return [r async for r in iterate(ctx.store, anchor.seq + 1)], anchor, head
+        try:
+            return [r async for r in iterate(ctx.store, anchor.seq + 1)], anchor, head
+        except ValueError as error:  # a stored record whose chain fields were broken
+            click.echo(f"store: TAMPERED: a stored record is not an audit record: {error}", err=True)
+            sys.exit(1)
 
     records, anchor, head = run(config_path, work)
     start = AuditHead(0, "")
@@ -106,7 +116,7 @@ def verify_command(
         archived = [r for path in archives for r in _read_archive(path)]
         _report(verify_records(archived, start, key), "archive")
         if archived:
-            start = AuditHead(int(archived[-1]["seq"]), str(archived[-1]["hash"]))
+            start = AuditHead(archived[-1].seq, archived[-1].hash)
         if start != anchor:
             click.echo(f"archive ends at seq {start.seq} but the store continues from seq {anchor.seq}", err=True)
             sys.exit(1)
@@ -125,15 +135,15 @@ def verify_command(
     _report_wipes(records)
 
 
-def _report_wipes(records: list[dict[str, Any]]) -> None:
+def _report_wipes(records: list[AuditRecord]) -> None:
     """The chain verifies from where it starts, but a store that was wiped started it again: the
     records before are gone, and verifying what is left must not read as "nothing is missing"."""
-    wipes = [r for r in records if r.get("kind") == "store_wiped"]
+    wipes = [r for r in records if r.body.get("kind") == "store_wiped"]
     for wipe in wipes:
         click.echo(
-            f"store: DISCONTINUITY at record seq {wipe.get('seq')}: the store was wiped (epoch "
-            f"{wipe.get('previous_epoch')} -> {wipe.get('epoch')}); the records of the earlier chain, "
-            f"up to seq {wipe.get('previous_seq')} at least, are not in this store",
+            f"store: DISCONTINUITY at record seq {wipe.seq}: the store was wiped (epoch "
+            f"{wipe.body.get('previous_epoch')} -> {wipe.body.get('epoch')}); the records of the earlier chain, "
+            f"up to seq {wipe.body.get('previous_seq')} at least, are not in this store",
             err=True,
         )
     if wipes:
@@ -174,9 +184,9 @@ def export_command(config_path: Path, since: str | None, until: str | None, fmt:
         anchor = await ctx.store.audit_anchor()
         count = 0
         async for record in iterate(ctx.store, anchor.seq + 1):
-            ts = float(record.get("ts", 0))
+            ts = float(record.body.get("ts", 0))
             if (low is None or ts >= low) and (high is None or ts < high):
-                sys.stdout.buffer.write(canonical(record) + b"\n")
+                sys.stdout.buffer.write(canonical(record.to_dict()) + b"\n")
                 count += 1
         return count
 
@@ -206,17 +216,17 @@ def archive_command(config_path: Path, before_seq: int | None, keep_last: int | 
                 f"--before-seq may be at most {head.seq} (or use --keep-last N)"
             )
         anchor = await ctx.store.audit_anchor()
-        moved = [r async for r in iterate(ctx.store, anchor.seq + 1) if int(r["seq"]) < below]
+        moved = [r async for r in iterate(ctx.store, anchor.seq + 1) if r.seq < below]
         verdict = verify_records(moved, anchor, ctx.settings.audit.hmac_key.encode())
         if not verdict.ok:
             raise click.ClickException(
                 f"refusing to archive a broken chain: seq {verdict.first_bad_seq}: {verdict.reason}"
             )
         with out.open("ab") as archive:  # created even when empty: `verify --archive` reads it
-            archive.write(b"".join(canonical(r) + b"\n" for r in moved))
+            archive.write(b"".join(canonical(r.to_dict()) + b"\n" for r in moved))
         if moved:
             last = moved[-1]
-            await ctx.store.audit_trim(below, AuditHead(int(last["seq"]), str(last["hash"])))
+            await ctx.store.audit_trim(below, AuditHead(last.seq, last.hash))
         return len(moved)
 
     click.echo(f"archived {run(config_path, work)} records to {out}")

@@ -158,9 +158,21 @@ def _serving_inputs(opts: Options, shape: ModelShape) -> ServingInputs | None:
     dtype = shape.dtype or "bf16"
     kv_dtype = opts.kv_dtype or planning.default_kv_dtype(dtype)
     return ServingInputs(
-        p, layers, kv_heads, head_dim, dtype, kv_dtype, opts.gpu_mem, opts.gpus, context,
-        opts.prompt_tokens, opts.output_tokens, opts.gpu_util, opts.overhead, opts.margin,
-    )  # fmt: skip
+        p,
+        layers,
+        kv_heads,
+        head_dim,
+        dtype,
+        kv_dtype,
+        opts.gpu_mem,
+        opts.gpus,
+        context,
+        opts.prompt_tokens,
+        opts.output_tokens,
+        opts.gpu_util,
+        opts.overhead,
+        opts.margin,
+    )
 
 
 def _mtbf(opts: Options) -> float | None:
@@ -263,7 +275,7 @@ def _serving_lines(inp: ServingInputs, plan: ServingPlan) -> list[str]:
         f"of which {_size(inp.overhead)} overhead",
         f"  KV cache per token    {_size(plan.kv_per_token)} = 2 x {inp.layers} layers x {inp.kv_heads} KV heads "
         f"x {inp.head_dim} head_dim x {kv_b:g} B",
-    ]  # fmt: skip
+    ]
     if plan.kv_heads_per_gpu * inp.gpus > inp.kv_heads:
         lines.append(
             f"                        replicated: {plan.kv_heads_per_gpu} KV head(s) on each of {inp.gpus} GPUs"
@@ -274,7 +286,7 @@ def _serving_lines(inp: ServingInputs, plan: ServingPlan) -> list[str]:
         f"                        {_size(plan.kv_per_seq_context)} at the full context of {inp.context:,} tokens",
         f"  KV cache available    {_size(plan.kv_available_per_gpu)} per GPU, {_size(plan.kv_available_total)} "
         f"in all: {plan.kv_token_capacity:,} tokens",
-    ]  # fmt: skip
+    ]
     if plan.problem is not None:
         return [
             *lines,
@@ -313,7 +325,7 @@ def _checkpoint_lines(sizes: CheckpointSizes, params: float) -> list[str]:
         f"    without half copies or gradients {sizes.resume_bytes_per_param:>3g} B/param  {_size(sizes.resume_bytes)}",
         f"    weights only ({weights_dtype})              {sizes.weights_bytes_per_param:>3g} B/param  "
         f"{_size(sizes.weights_bytes)}",
-    ]  # fmt: skip
+    ]
 
 
 def _reliability_lines(report: Report) -> list[str]:

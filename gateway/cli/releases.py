@@ -132,15 +132,17 @@ def _table(overview: dict[str, Any]) -> list[str]:
         version = release["version"]
         mark = "*" if version == overview["active"] else ("~" if canary and canary["version"] == version else "")
         eval_set = release.get("eval_set") or {}
-        rows.append((
-            mark,
-            version,
-            (release.get("checkpoint") or {}).get("version", "-"),
-            release["prompt"].get("version") or "-",
-            f"{eval_set['id']}@{eval_set['version']}" if eval_set else "-",
-            ",".join(release["deployments"]),
-            time.strftime("%Y-%m-%d %H:%M", time.gmtime(release["created_at"])),
-        ))  # fmt: skip
+        rows.append(
+            (
+                mark,
+                version,
+                (release.get("checkpoint") or {}).get("version", "-"),
+                release["prompt"].get("version") or "-",
+                f"{eval_set['id']}@{eval_set['version']}" if eval_set else "-",
+                ",".join(release["deployments"]),
+                time.strftime("%Y-%m-%d %H:%M", time.gmtime(release["created_at"])),
+            )
+        )
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
     lines = [
         "  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows

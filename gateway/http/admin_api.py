@@ -18,7 +18,7 @@ from gateway.errors import PermissionDenied
 from gateway.keys import KeyService, NewKey, public_view
 from gateway.principal import Principal, Scope
 from gateway.settings import MAX_LIMIT
-from gateway.store.base import Limits, Store
+from gateway.store.base import AuditStore, Limits
 
 _MAX_EXPIRY_S = 100 * 365 * 86400
 _MAX_SEQ = 2**53  # audit sequence numbers are counted in Lua numbers (doubles)
@@ -44,7 +44,9 @@ class RevokeBody(BaseModel):
     reason: str = Field(default="", max_length=1000)
 
 
-def build_admin_router(authenticator: Authenticator, keys: KeyService, store: Store, audit_key: bytes) -> APIRouter:
+def build_admin_router(
+    authenticator: Authenticator, keys: KeyService, store: AuditStore, audit_key: bytes
+) -> APIRouter:
     router = APIRouter(prefix="/admin")
 
     async def caller(request: Request) -> Principal:
@@ -96,8 +98,8 @@ def build_admin_router(authenticator: Authenticator, keys: KeyService, store: St
         actor.require(Scope.AUDIT)
         found: list[dict[str, Any]] = []
         async for record in iterate(store, after_seq + 1):
-            if _matches(record, actor, kind, since, until):
-                found.append(record)
+            if _matches(record.body, actor, kind, since, until):
+                found.append(record.to_dict())
                 if len(found) == limit:
                     break
         return {"data": found, "next_after_seq": found[-1]["seq"] if len(found) == limit else None}

@@ -12,11 +12,17 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
+from common.problems import key_path
 from gateway.errors import GatewayError
 
 log = logging.getLogger(__name__)
 
+# FastAPI's first part of a request error's location: where in the request, not a key of the body.
+_REQUEST_PARTS = frozenset({"body", "query", "path"})
 _HTTP_CODES = {404: ("not_found_error", "not_found"), 405: ("invalid_request_error", "method_not_allowed")}
+
+
+INTERNAL_ERROR = "Internal error in the gateway"
 
 
 def error_body(message: str, error_type: str, code: str, param: str | None = None) -> dict[str, Any]:
@@ -25,6 +31,16 @@ def error_body(message: str, error_type: str, code: str, param: str | None = Non
 
 def gateway_error_body(error: GatewayError) -> dict[str, Any]:
     return error_body(error.public_message, error.type, error.code, error.param)
+
+
+def stream_failure(exc: Exception) -> GatewayError:
+    """What a stream that failed after its first chunk tells its client, in band: a GatewayError
+    as it is; anything else is a bug, logged with its traceback and told as an internal error (the
+    in-band 500). Both stream writers use it: the session producer and the sessionless stream."""
+    if isinstance(exc, GatewayError):
+        return exc
+    log.error("a stream failed after its first chunk", exc_info=exc)
+    return GatewayError(INTERNAL_ERROR)
 
 
 def _json(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> Response:
@@ -50,7 +66,7 @@ async def _on_http_exception(request: Request, exc: Exception) -> Response:
 async def _on_validation_error(_: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
     first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
-    param = ".".join(str(p) for p in first["loc"] if p not in ("body", "query", "path"))
+    param = key_path(first["loc"], skip=_REQUEST_PARTS.__contains__)
     return _json(
         400,
         error_body(f"Invalid value for '{param}': {first['msg']}", "invalid_request_error", "invalid_value", param),
@@ -60,7 +76,7 @@ async def _on_validation_error(_: Request, exc: Exception) -> Response:
 async def _on_unexpected(request: Request, exc: Exception) -> Response:
     # A bug, not bad input: log it with its traceback and answer in the shape clients parse.
     log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-    return _json(500, error_body("Internal error in the gateway", "api_error", "internal_error"))
+    return _json(500, error_body(INTERNAL_ERROR, "api_error", "internal_error"))
 
 
 def install_error_handlers(app: FastAPI) -> None:

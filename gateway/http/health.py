@@ -12,7 +12,7 @@ from gateway.audit import AuditWriter
 from gateway.errors import StoreUnavailable
 from gateway.mcp.status import UpstreamStatus
 from gateway.routing.router import Router
-from gateway.store.base import Store
+from gateway.store.base import LifecycleStore
 from gateway.store_epoch import StoreEpoch
 from gateway.wire import dumps
 
@@ -21,7 +21,7 @@ class HealthApi:
     def __init__(
         self,
         router: Router,
-        store: Store,
+        store: LifecycleStore,
         audit: AuditWriter,
         epoch: StoreEpoch,
         tool_servers: Callable[[], Sequence[UpstreamStatus]] | None = None,

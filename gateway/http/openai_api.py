@@ -23,7 +23,7 @@ from gateway import sse
 from gateway.auth import Authenticator
 from gateway.backends.base import Chunk
 from gateway.errors import GatewayError
-from gateway.http.errors import gateway_error_body, gateway_error_response
+from gateway.http.errors import gateway_error_body, gateway_error_response, stream_failure
 from gateway.http.requests import read_body
 from gateway.pipeline import Handler, RequestContext
 from gateway.principal import Scope
@@ -123,8 +123,8 @@ async def _sse_stream(
                 rendered = renderer.render(chunk)
                 if rendered is not None:
                     yield sse.event(rendered)
-        except GatewayError as error:
-            yield sse.event(gateway_error_body(error))
+        except Exception as exc:  # noqa: BLE001 (a bug too gets a clean end; stream_failure logs it)
+            yield sse.event(gateway_error_body(stream_failure(exc)))
             yield sse.DONE
             return
     if ctx.include_usage:

@@ -20,6 +20,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, TypeAdapter, ValidationError
 from starlette.requests import Request
 
+from common.problems import key_path
 from gateway.backends.base import Chunk
 from gateway.errors import BodyTooLarge, InvalidRequest, RequestTimeout, UnsupportedParameter
 from gateway.pipeline import Handler, RequestContext
@@ -188,7 +189,7 @@ def _invalid(exc: ValidationError, within: tuple[str, ...] = (), offset: int = 0
     loc = tuple(error["loc"])
     if within and loc and isinstance(loc[0], int):
         loc = (*within, loc[0] + offset, *loc[1:])
-    param = _param_path(loc)
+    param = key_path(loc, skip=_pydantic_name)
     if error["type"] == "missing":
         return InvalidRequest(f"Missing required parameter: '{param}'", param=param, code="missing_required_parameter")
     return InvalidRequest(f"Invalid value for '{param}': {error['msg']}", param=param, code="invalid_value")
@@ -197,16 +198,9 @@ def _invalid(exc: ValidationError, within: tuple[str, ...] = (), offset: int = 0
 _PYDANTIC_BRANCHES = frozenset({"str", "int", "float", "bool", "none"})
 
 
-def _param_path(loc: tuple[int | str, ...]) -> str:
-    path = ""
-    for part in loc:
-        if isinstance(part, int):
-            path += f"[{part}]"
-        elif part in _PYDANTIC_BRANCHES or "[" in part or "-" in part:
-            continue  # pydantic's names for union branches and validators, not the client's keys
-        else:
-            path = f"{path}.{part}" if path else part
-    return path
+def _pydantic_name(part: str) -> bool:
+    """pydantic's names for union branches and validators, not the client's keys."""
+    return part in _PYDANTIC_BRANCHES or "[" in part or "-" in part
 
 
 class ParseRequest:

@@ -42,6 +42,7 @@ from gateway.mcp.upstream import UpstreamCallFailed, UpstreamServer, UpstreamUna
 from gateway.principal import Principal
 from gateway.quota import Admit
 from gateway.settings import McpSettings
+from gateway.store.approval_record import Approval
 from gateway.tasks import cancel_and_wait
 from gateway.tool_policy import PolicyHolder
 from policies import Allow, ApprovalMode, Deny, NeedsApproval
@@ -199,23 +200,23 @@ class McpGateway:
             record = await self._approvals.request(
                 principal, None, trail.call_id, name, arguments_json, decision, channel="mcp"
             )
-            trail.approval_id = record["id"]
+            trail.approval_id = record.id
             decided = await self._hold(record, decision, progress)
-            if decided["status"] != APPROVED:
-                reason = decided.get("decision_reason") or decided["status"]
-                text = f"The call to '{name}' was not approved ({decided['status']}: {reason})."
-                return _refused(text, str(decided["status"]), "not_approved")
+            if decided.status != APPROVED:
+                reason = decided.decision_reason or decided.status
+                text = f"The call to '{name}' was not approved ({decided.status}: {reason})."
+                return _refused(text, str(decided.status), "not_approved")
             # Where a tool server finds the approval, to check it with `policies.verify_approval_token`.
-            approval = {"id": decided["id"], "token": decided["token"]}
+            approval = {"id": decided.id, "token": decided.token}
             meta = cast(types.RequestParamsMeta, {APPROVAL_META_KEY: approval})
         assert isinstance(decision, Allow | NeedsApproval)
         return await self._forward(server, tool, arguments, meta, "approved" if meta else "allow")
 
-    async def _hold(self, record: dict[str, Any], need: NeedsApproval, progress: ProgressReporter) -> dict[str, Any]:
+    async def _hold(self, record: Approval, need: NeedsApproval, progress: ProgressReporter) -> Approval:
         """Wait for the decision, telling the client now and then that the call is still held."""
-        wait = self._approvals.wait(record["tenant"], record["id"], need.timeout_s, self._poll_s)
+        wait = self._approvals.wait(record.tenant, record.id, need.timeout_s, self._poll_s)
         waiting = asyncio.ensure_future(wait)
-        message = f"held for human approval (approval id {record['id']})"
+        message = f"held for human approval (approval id {record.id})"
         try:
             await self._tell(progress, 0, message)
             ticks = 0

@@ -21,7 +21,8 @@ if TYPE_CHECKING:
     from gateway.audit import AuditWriter
     from gateway.releases.canary import CanaryMonitor
     from gateway.releases.service import ActiveReleases
-    from gateway.store.base import Store
+    from gateway.routing.router import ModelGroup
+    from gateway.store.base import ReleaseStore
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ class CanaryOps:
     """Mixed into ReleaseService (whose store, audit log and monitor they use)."""
 
     if TYPE_CHECKING:  # what ReleaseService provides
-        _store: Store
+        _store: ReleaseStore
         _audit: AuditWriter
         _clock: Callable[[], float]
         _aborting: set[str]
@@ -43,7 +44,7 @@ class CanaryOps:
         canary_monitor: CanaryMonitor
         on_canary_abort: Callable[[str, str], None] | None
 
-        def _group(self, model: str) -> Any: ...
+        def _group(self, model: str) -> ModelGroup: ...
         async def release(self, model: str, version: str) -> dict[str, Any]: ...
         async def refresh(self, model: str) -> None: ...
         async def preflight(

@@ -30,8 +30,8 @@ from gateway.releases.checkpoints import CheckpointRegistry, RegistryError
 from gateway.releases.history import rollback_target
 from gateway.releases.preflight import PreflightChecks, PreflightFailed, Served
 from gateway.routing.health import HealthMonitor
-from gateway.routing.router import Router
-from gateway.store.base import Store
+from gateway.routing.router import ModelGroup, Router
+from gateway.store.base import ReleaseStore
 from gateway.store.release_record import HISTORY_CAP
 
 log = logging.getLogger(__name__)
@@ -69,7 +69,7 @@ class ActiveReleases:
 class ReleaseService(PreflightChecks, CanaryOps):
     def __init__(
         self,
-        store: Store,
+        store: ReleaseStore,
         audit: AuditWriter,
         router: Router,
         health: HealthMonitor,
@@ -235,7 +235,7 @@ class ReleaseService(PreflightChecks, CanaryOps):
             raise NotFound(f"release {model}@{version} not found")
         return record
 
-    def _group(self, model: str) -> Any:
+    def _group(self, model: str) -> ModelGroup:
         group = self._router.groups.get(model)
         if group is None:
             raise NotFound(f"model '{model}' not found")

@@ -25,7 +25,7 @@ from gateway.releases.canary import Outcome
 from gateway.releases.candidate_path import RELEASE_HEADER
 from gateway.releases.checkpoints import verify
 from gateway.releases.service import ActiveReleases, ReleaseService
-from gateway.store.base import Store
+from gateway.store.base import ReleaseStore
 
 RELEASE_RESPONSE_HEADER = "X-Gateway-Release"  # on every answer: which release produced it
 
@@ -33,7 +33,7 @@ RELEASE_RESPONSE_HEADER = "X-Gateway-Release"  # on every answer: which release 
 class ReleaseWatcher:
     """Polls the store's generations so that a switch made on any replica reaches this one."""
 
-    def __init__(self, store: Store, service: ReleaseService, interval_s: float) -> None:
+    def __init__(self, store: ReleaseStore, service: ReleaseService, interval_s: float) -> None:
         self._store = store
         self._service = service
         self._interval_s = interval_s

@@ -28,9 +28,6 @@ class HealthMonitor:
         deployment.record_probe(ok, self._settings.unhealthy_after)
         return ok
 
-    async def probe_all(self) -> None:
-        await asyncio.gather(*(self.probe(d) for d in self._deployments))
-
     async def _run(self, deployment: Deployment) -> None:
         while True:
             await self.probe(deployment)

@@ -271,9 +271,6 @@ class Router:
         ceiling = min(retry.backoff_max_s, retry.backoff_base_s * 2.0 ** max(0, attempt_number - 1))
         return ceiling * self._rng.uniform(0.5, 1.0)
 
-    def ready_models(self) -> dict[str, bool]:
-        return {name: group.ready for name, group in self.groups.items()}
-
 
 async def _until_first_output(
     upstream: AsyncGenerator[Chunk, None], attempt: Attempt, by: float, deployment: str

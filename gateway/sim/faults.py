@@ -20,6 +20,8 @@ from typing import Annotated, Any
 from pydantic import ConfigDict, Field, ValidationError
 from pydantic.dataclasses import dataclass
 
+from common.problems import key_path
+
 FAULT_HEADER = "x-sim-fault"
 
 _Count = Annotated[int, Field(ge=0)]
@@ -109,6 +111,6 @@ def parse_faults(text: str) -> Faults:
 def _describe(exc: ValidationError) -> str:
     parts = []
     for error in exc.errors(include_url=False):
-        where = ".".join(str(p) for p in error["loc"]) or "faults"
+        where = key_path(error["loc"]) or "faults"
         parts.append(f"{where}: {error['msg']}")
     return "invalid faults: " + "; ".join(parts)

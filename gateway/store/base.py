@@ -14,6 +14,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+from gateway.store.approval_record import Approval, Decision
+from gateway.store.audit_batch import AuditHead as AuditHead  # re-exported: every consumer imports it from here
+from gateway.store.audit_batch import AuditRecord as AuditRecord
+from gateway.store.session_record import SessionState
+
 WINDOW_S = 60  # RPM and TPM are counted over a sliding window of this many one-second buckets
 
 
@@ -106,21 +111,13 @@ class AdmitResult:
 
 
 @dataclass(frozen=True, slots=True)
-class AuditHead:
-    """The end of the audit chain: the last record's sequence number and hash (0 and "" when empty)."""
-
-    seq: int
-    hash: str
-
-
-@dataclass(frozen=True, slots=True)
 class SessionCheckpoint:
     """One session's share of a batched checkpoint (see `Store.session_checkpoint`)."""
 
     tenant: str
     session_id: str
     ttl_s: float
-    state: dict[str, Any] | None = None  # saved when given
+    state: SessionState | None = None  # saved when given
     events: list[tuple[int, bytes]] = field(default_factory=list)  # appended, as session_append
     renew_owner: str | None = None  # claim or extend the lease for this owner (lease_ttl_s)
     lease_ttl_s: float = 0.0
@@ -128,8 +125,9 @@ class SessionCheckpoint:
     replace_events: bool = False  # a new response: drop the previous response's events first
 
 
-class Store(Protocol):
-    # --- API keys -------------------------------------------------------------------------
+class KeyStore(Protocol):
+    """API key records (gateway/keys.py, auth.py)."""
+
     async def put_key(self, record: KeyRecord) -> None:
         """Insert or replace a key record (and its digest index)."""
         ...
@@ -144,7 +142,10 @@ class Store(Protocol):
         """Keys of one tenant, or of every tenant when `tenant` is None; sorted by creation."""
         ...
 
-    # --- quotas ---------------------------------------------------------------------------
+
+class QuotaStore(Protocol):
+    """Quota windows and concurrency leases (gateway/quota.py)."""
+
     async def admit(self, request: AdmitRequest) -> AdmitResult:
         """Check and take, atomically and for every scope at once: one request of the RPM
         window, `tokens` of the TPM window and of the daily budget, one concurrency lease.
@@ -161,16 +162,19 @@ class Store(Protocol):
         """Keep a long request's concurrency lease alive."""
         ...
 
-    # --- audit chain ----------------------------------------------------------------------
+
+class AuditStore(Protocol):
+    """The hash-chained audit log (gateway/audit.py)."""
+
     async def audit_head(self) -> AuditHead: ...
 
-    async def audit_append(self, expected: AuditHead, records: list[dict[str, Any]]) -> bool:
+    async def audit_append(self, expected: AuditHead, records: list[AuditRecord]) -> bool:
         """Append already-chained records if the chain still ends at `expected`; else append
         nothing and return False (another writer got there first: re-chain and retry).
         Record i must carry `seq == expected.seq + 1 + i`."""
         ...
 
-    async def audit_range(self, first_seq: int, limit: int) -> list[dict[str, Any]]:
+    async def audit_range(self, first_seq: int, limit: int) -> list[AuditRecord]:
         """Records with seq >= first_seq, in chain order, at most `limit`."""
         ...
 
@@ -183,18 +187,21 @@ class Store(Protocol):
         """The last record trimmed away (0 and "" if none): where verification starts."""
         ...
 
-    # --- sessions -------------------------------------------------------------------------
-    # A session is the checkpoint of a streamed response: a JSON state, an append-only log of
+
+class SessionStore(Protocol):
+    """Resumable stream checkpoints (gateway/sessions.py)."""
+
+    # A session is the checkpoint of a streamed response: a `SessionState`, an append-only log of
     # SSE events numbered from 1, and a lease naming the replica that owns the live stream.
     # Everything is per tenant: another tenant's session id simply does not exist. State and
     # events expire together; the lease expires on its own (saving or appending may shorten it
     # to the session's expiry, never lengthen it). Seqs must be >= 1 and TTLs > 0 (ValueError).
-    async def session_save(self, tenant: str, session_id: str, state: dict[str, Any], ttl_s: float) -> None:
-        """Create or replace the session's state (any JSON object) and refresh the TTL of the
+    async def session_save(self, tenant: str, session_id: str, state: SessionState, ttl_s: float) -> None:
+        """Create or replace the session's state (stored as its JSON) and refresh the TTL of the
         whole session (state, events, lease) to `ttl_s` from now."""
         ...
 
-    async def session_load(self, tenant: str, session_id: str) -> dict[str, Any] | None:
+    async def session_load(self, tenant: str, session_id: str) -> SessionState | None:
         """The state last saved, or None (never saved, deleted, or expired). Events appended to
         a session never saved do not make it loadable: its state stays None until saved."""
         ...
@@ -227,32 +234,31 @@ class Store(Protocol):
         """Remove state, events and lease; True if the session existed (any of them was live)."""
         ...
 
-    # --- approvals ------------------------------------------------------------------------
-    # An approval is a human's decision on a high-risk tool call: a JSON object the gateway
-    # builds, with at least `id`, `tenant`, `status` ("pending" | "approved" | "rejected" |
-    # "expired"), `requested_at` and `expires_at` (unix seconds), plus anything else it wants
-    # kept (fields round-trip unchanged). Namespaced by tenant: another tenant's id does not
-    # exist. Expiry is judged by the store's clock. Bad arguments raise ValueError before
-    # anything is touched (approval_record.py has the checks).
-    async def approval_put(self, record: dict[str, Any], ttl_s: float) -> None:
+
+class ApprovalStore(Protocol):
+    """Human approvals of tool calls (gateway/approvals.py)."""
+
+    # An approval is a human's decision on a high-risk tool call: an `Approval` the gateway
+    # builds (status "pending" | "approved" | "rejected" | "expired", requested_at and expires_at
+    # in unix seconds), kept as its JSON and read back field for field. Namespaced by tenant:
+    # another tenant's id does not exist. Expiry is judged by the store's clock. Bad arguments
+    # raise ValueError before anything is touched (approval_record.py has the checks and types).
+    async def approval_put(self, record: Approval, ttl_s: float) -> None:
         """Create an approval; its status must be "pending". Kept for ttl_s (> 0) after its
         expires_at (for the audit trail and for clients asking about it), then forgotten. An
         approval with the same tenant and id that still exists is left as it is: a retried put
         cannot reset a decided approval."""
         ...
 
-    async def approval_get(self, tenant: str, approval_id: str) -> dict[str, Any] | None:
+    async def approval_get(self, tenant: str, approval_id: str) -> Approval | None:
         """The record (with its decision merged in, once decided); a pending one whose
         expires_at has passed reads as status "expired". None if unknown or forgotten."""
         ...
 
-    async def approval_decide(
-        self, tenant: str, approval_id: str, decision: dict[str, Any]
-    ) -> tuple[bool, dict[str, Any] | None]:
+    async def approval_decide(self, tenant: str, approval_id: str, decision: Decision) -> tuple[bool, Approval | None]:
         """Atomically: if the approval exists, is pending and has not expired, merge `decision`
-        into it (its keys win; its status must be "approved", "rejected" or "expired" - the gateway
-        expires one whose wait ended - and it cannot carry
-        id, tenant, requested_at or expires_at) and return (True, the updated record).
+        into it (its set fields win; its status must be "approved", "rejected" or "expired" - the
+        gateway expires one whose wait ended) and return (True, the updated record).
         Otherwise change nothing and return (False, the current record or None). Of concurrent
         decisions, from any number of replicas, exactly one wins."""
         ...
@@ -263,13 +269,16 @@ class Store(Protocol):
         is forgotten with the approval."""
         ...
 
-    async def approval_list(self, tenant: str | None, status: str | None, limit: int) -> list[dict[str, Any]]:
+    async def approval_list(self, tenant: str | None, status: str | None, limit: int) -> list[Approval]:
         """At most `limit` approvals, newest (requested_at) first, of one tenant or of every
         tenant (None). `status` (None: any) filters on the status as read: a lapsed pending
         approval lists as "expired" (and not as "pending")."""
         ...
 
-    # --- releases -------------------------------------------------------------------------
+
+class ReleaseStore(Protocol):
+    """Model releases, their active pointers and canaries (gateway/releases/)."""
+
     # A release is an immutable JSON object the gateway builds, with at least `model` and
     # `version` (non-empty strings) and `created_at` (unix seconds), plus anything else it wants
     # kept (fields round-trip unchanged). Each model has an active pointer: the active version and
@@ -329,7 +338,10 @@ class Store(Protocol):
         (generation 0 -> 1; release_active then still reports no active version)."""
         ...
 
-    # --- lifecycle ------------------------------------------------------------------------
+
+class LifecycleStore(Protocol):
+    """Whether the store is there, and still the same store."""
+
     async def store_epoch(self, candidate: str) -> str:
         """The store's epoch: set to `candidate` if the store has none yet (a new, or wiped, store),
         and returned as stored. It never changes otherwise, so a replica that sees a different
@@ -341,3 +353,8 @@ class Store(Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+
+class Store(KeyStore, QuotaStore, AuditStore, SessionStore, ApprovalStore, ReleaseStore, LifecycleStore, Protocol):
+    """Every domain at once: what `open_store` builds and the composition root hands out. Consumers
+    take the one domain protocol they use, so a service's signature says what it may touch."""

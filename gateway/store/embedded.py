@@ -21,7 +21,8 @@ from gateway.store import approval_record, release_record
 from gateway.store import sqlite_approvals as approvals
 from gateway.store import sqlite_releases as releases
 from gateway.store import sqlite_sessions as sessions
-from gateway.store.audit_batch import check_batch
+from gateway.store.approval_record import Approval, Decision
+from gateway.store.audit_batch import AuditRecord, check_batch
 from gateway.store.base import (
     AdmitRequest,
     AdmitResult,
@@ -33,6 +34,7 @@ from gateway.store.base import (
 )
 from gateway.store.memory_quota import MemoryQuotas
 from gateway.store.session_batch import check_events, check_ttl
+from gateway.store.session_record import SessionState
 from gateway.store.sqlite_db import SqliteDb
 
 T = TypeVar("T")
@@ -92,11 +94,11 @@ class EmbeddedStore:
     async def audit_head(self) -> AuditHead:
         return await self._run(lambda db: SqliteDb.audit_mark(db, "head"))
 
-    async def audit_append(self, expected: AuditHead, records: list[dict[str, Any]]) -> bool:
+    async def audit_append(self, expected: AuditHead, records: list[AuditRecord]) -> bool:
         check_batch(expected, records)
         return await self._run(lambda db: SqliteDb.audit_append(db, expected, records))
 
-    async def audit_range(self, first_seq: int, limit: int) -> list[dict[str, Any]]:
+    async def audit_range(self, first_seq: int, limit: int) -> list[AuditRecord]:
         if limit <= 0:
             return []
         return await self._run(lambda db: SqliteDb.audit_range(db, first_seq, limit))
@@ -114,13 +116,13 @@ class EmbeddedStore:
         self._next_purge = now + SESSION_PURGE_INTERVAL_S
         return True
 
-    async def session_save(self, tenant: str, session_id: str, state: dict[str, Any], ttl_s: float) -> None:
+    async def session_save(self, tenant: str, session_id: str, state: SessionState, ttl_s: float) -> None:
         check_ttl(ttl_s)
         now = self._clock()
         purge = self._purge_due(now)
         await self._run(lambda db: sessions.save(db, tenant, session_id, state, now, ttl_s, purge=purge))
 
-    async def session_load(self, tenant: str, session_id: str) -> dict[str, Any] | None:
+    async def session_load(self, tenant: str, session_id: str) -> SessionState | None:
         now = self._clock()
         return await self._run(lambda db: sessions.load(db, tenant, session_id, now))
 
@@ -160,23 +162,21 @@ class EmbeddedStore:
         return await self._run(lambda db: sessions.delete(db, tenant, session_id, now))
 
     # --- approvals ------------------------------------------------------------------------
-    async def approval_put(self, record: dict[str, Any], ttl_s: float) -> None:
+    async def approval_put(self, record: Approval, ttl_s: float) -> None:
         new = approval_record.check_put(record, ttl_s)
         now = self._clock()
         await self._run(lambda db: approvals.put(db, new, now))
 
-    async def approval_get(self, tenant: str, approval_id: str) -> dict[str, Any] | None:
+    async def approval_get(self, tenant: str, approval_id: str) -> Approval | None:
         now = self._clock()
         return await self._run(lambda db: approvals.get(db, tenant, approval_id, now))
 
-    async def approval_decide(
-        self, tenant: str, approval_id: str, decision: dict[str, Any]
-    ) -> tuple[bool, dict[str, Any] | None]:
+    async def approval_decide(self, tenant: str, approval_id: str, decision: Decision) -> tuple[bool, Approval | None]:
         blob = approval_record.check_decision(decision)
-        status, now = decision["status"], self._clock()
+        status, now = decision.status, self._clock()
         return await self._run(lambda db: approvals.decide(db, tenant, approval_id, blob, status, now))
 
-    async def approval_list(self, tenant: str | None, status: str | None, limit: int) -> list[dict[str, Any]]:
+    async def approval_list(self, tenant: str | None, status: str | None, limit: int) -> list[Approval]:
         approval_record.check_status(status)
         if limit <= 0:
             return []

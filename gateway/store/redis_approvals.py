@@ -6,10 +6,9 @@ beside it: no script re-encodes JSON (cjson would round floats and turn [] into 
 
 from __future__ import annotations
 
-from typing import Any
-
 from gateway.store import approval_record as approvals
 from gateway.store import keys
+from gateway.store.approval_record import Approval, Decision
 from gateway.store.redis_common import Client, script, unavailable
 
 
@@ -17,7 +16,7 @@ def _text(raw: bytes | str) -> str:
     return raw.decode() if isinstance(raw, bytes) else raw
 
 
-def _read(record: bytes | str, decision: bytes | str, state: bytes | str) -> dict[str, Any]:
+def _read(record: bytes | str, decision: bytes | str, state: bytes | str) -> Approval:
     return approvals.read(record, decision or None, _text(state))
 
 
@@ -34,7 +33,7 @@ class RedisApprovals:
     def _record_keys(self) -> list[str]:
         return [self._keys.records, self._keys.decisions, self._keys.deadlines, self._keys.forget]
 
-    async def put(self, record: dict[str, Any], ttl_s: float) -> None:
+    async def put(self, record: Approval, ttl_s: float) -> None:
         new = approvals.check_put(record, ttl_s)
         names = [*self._record_keys(), self._keys.order, keys.approval_tenant_index(self._prefix, new.tenant)]
         args: list[str | float | int | bytes] = [
@@ -50,14 +49,12 @@ class RedisApprovals:
         with unavailable("approval_put"):
             await self._put(keys=names, args=args)
 
-    async def get(self, tenant: str, approval_id: str) -> dict[str, Any] | None:
+    async def get(self, tenant: str, approval_id: str) -> Approval | None:
         with unavailable("approval_get"):
             raw = await self._get(keys=self._record_keys(), args=[keys.approval_member(tenant, approval_id)])
         return None if raw is None else _read(*raw)
 
-    async def decide(
-        self, tenant: str, approval_id: str, decision: dict[str, Any]
-    ) -> tuple[bool, dict[str, Any] | None]:
+    async def decide(self, tenant: str, approval_id: str, decision: Decision) -> tuple[bool, Approval | None]:
         blob = approvals.check_decision(decision)
         args: list[str | bytes] = [keys.approval_member(tenant, approval_id), blob]
         with unavailable("approval_decide"):
@@ -72,7 +69,7 @@ class RedisApprovals:
         with unavailable("approval_redeem"):
             return int(await self._redeem(keys=[self._keys.decisions, self._keys.forget], args=args)) == 1
 
-    async def list(self, tenant: str | None, status: str | None, limit: int) -> list[dict[str, Any]]:
+    async def list(self, tenant: str | None, status: str | None, limit: int) -> list[Approval]:
         approvals.check_status(status)
         if limit <= 0:
             return []

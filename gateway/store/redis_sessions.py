@@ -9,13 +9,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import orjson
 from redis.asyncio.client import Pipeline
 
 from gateway.store import keys
 from gateway.store.base import SessionCheckpoint
 from gateway.store.redis_common import Client, ClusterClient, script, unavailable
 from gateway.store.session_batch import check_events, check_ttl
+from gateway.store.session_record import SessionState
 
 
 def _event(entry_id: bytes | str, fields: dict[Any, Any]) -> tuple[int, bytes]:
@@ -35,20 +35,19 @@ class RedisSessions:
     def _keys(self, tenant: str, session_id: str) -> keys.SessionKeys:
         return keys.session_keys(self._prefix, tenant, session_id)
 
-    async def save(self, tenant: str, session_id: str, state: dict[str, Any], ttl_s: float) -> None:
+    async def save(self, tenant: str, session_id: str, state: SessionState, ttl_s: float) -> None:
         check_ttl(ttl_s)
         names = self._keys(tenant, session_id)
-        args: list[bytes | int] = [orjson.dumps(state), keys.session_ttl_ms(ttl_s)]
+        args: list[bytes | int] = [state.to_json(), keys.session_ttl_ms(ttl_s)]
         with unavailable("session_save"):
             await self._save(keys=[names.state, names.events, names.lease], args=args)
 
-    async def load(self, tenant: str, session_id: str) -> dict[str, Any] | None:
+    async def load(self, tenant: str, session_id: str) -> SessionState | None:
         with unavailable("session_load"):
             raw = await self._redis.get(self._keys(tenant, session_id).state)
         if raw is None:
             return None
-        state: dict[str, Any] = orjson.loads(raw)
-        return state
+        return SessionState.from_json(raw)
 
     async def append(self, tenant: str, session_id: str, events: list[tuple[int, bytes]], ttl_s: float) -> None:
         check_ttl(ttl_s)
@@ -109,7 +108,7 @@ class RedisSessions:
             if isinstance(pipe, ClusterClient):
                 await deleted
         if item.state is not None:
-            state_args: list[bytes | int] = [orjson.dumps(item.state), ttl_ms]
+            state_args: list[bytes | int] = [item.state.to_json(), ttl_ms]
             await self._save(keys=[names.state, names.events, names.lease], args=state_args, client=pipe)
         if item.events:
             args: list[int | bytes] = [ttl_ms]

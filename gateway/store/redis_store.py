@@ -21,7 +21,8 @@ from redis.backoff import NoBackoff
 
 from gateway.settings import RedisStoreSettings
 from gateway.store import keys
-from gateway.store.audit_batch import canonical, check_batch
+from gateway.store.approval_record import Approval, Decision
+from gateway.store.audit_batch import AuditRecord, canonical, check_batch
 from gateway.store.base import (
     WINDOW_S,
     AdmitRequest,
@@ -37,6 +38,7 @@ from gateway.store.redis_approvals import RedisApprovals
 from gateway.store.redis_common import Client, ClusterClient, script, unavailable
 from gateway.store.redis_releases import RedisReleases
 from gateway.store.redis_sessions import RedisSessions
+from gateway.store.session_record import SessionState
 
 MAX_CONNECTIONS = 32  # Redis runs one command at a time: more mostly adds connect storms
 
@@ -201,22 +203,22 @@ class RedisStore:
         with unavailable("audit_head"):
             return _head(await self._redis.hmget(keys.audit_head(self._prefix), ["seq", "hash"]))
 
-    async def audit_append(self, expected: AuditHead, records: list[dict[str, Any]]) -> bool:
+    async def audit_append(self, expected: AuditHead, records: list[AuditRecord]) -> bool:
         check_batch(expected, records)
         args: list[str | int | bytes] = [expected.seq, expected.hash]
         for record in records:
-            args += [record["seq"], record["hash"], canonical(record)]
+            args += [record.seq, record.hash, canonical(record.to_dict())]
         names = [keys.audit_head(self._prefix), keys.audit_stream(self._prefix)]
         with unavailable("audit_append"):
             return bool(await self._audit_append(keys=names, args=args))
 
-    async def audit_range(self, first_seq: int, limit: int) -> list[dict[str, Any]]:
+    async def audit_range(self, first_seq: int, limit: int) -> list[AuditRecord]:
         if limit <= 0:
             return []
         start = keys.stream_id(max(first_seq, 0))
         with unavailable("audit_range"):
             entries = await self._redis.xrange(keys.audit_stream(self._prefix), min=start, count=limit)
-        return [orjson.loads(fields[b"r"]) for _, fields in entries or [] if fields]
+        return [AuditRecord.from_json(fields[b"r"]) for _, fields in entries or [] if fields]
 
     async def audit_trim(self, before_seq: int, anchor: AuditHead) -> None:
         with unavailable("audit_trim"):
@@ -230,10 +232,10 @@ class RedisStore:
             return _head(await self._redis.hmget(keys.audit_anchor(self._prefix), ["seq", "hash"]))
 
     # --- sessions -------------------------------------------------------------------------
-    async def session_save(self, tenant: str, session_id: str, state: dict[str, Any], ttl_s: float) -> None:
+    async def session_save(self, tenant: str, session_id: str, state: SessionState, ttl_s: float) -> None:
         await self._sessions.save(tenant, session_id, state, ttl_s)
 
-    async def session_load(self, tenant: str, session_id: str) -> dict[str, Any] | None:
+    async def session_load(self, tenant: str, session_id: str) -> SessionState | None:
         return await self._sessions.load(tenant, session_id)
 
     async def session_append(self, tenant: str, session_id: str, events: list[tuple[int, bytes]], ttl_s: float) -> None:
@@ -255,18 +257,16 @@ class RedisStore:
         return await self._sessions.delete(tenant, session_id)
 
     # --- approvals ------------------------------------------------------------------------
-    async def approval_put(self, record: dict[str, Any], ttl_s: float) -> None:
+    async def approval_put(self, record: Approval, ttl_s: float) -> None:
         await self._approvals.put(record, ttl_s)
 
-    async def approval_get(self, tenant: str, approval_id: str) -> dict[str, Any] | None:
+    async def approval_get(self, tenant: str, approval_id: str) -> Approval | None:
         return await self._approvals.get(tenant, approval_id)
 
-    async def approval_decide(
-        self, tenant: str, approval_id: str, decision: dict[str, Any]
-    ) -> tuple[bool, dict[str, Any] | None]:
+    async def approval_decide(self, tenant: str, approval_id: str, decision: Decision) -> tuple[bool, Approval | None]:
         return await self._approvals.decide(tenant, approval_id, decision)
 
-    async def approval_list(self, tenant: str | None, status: str | None, limit: int) -> list[dict[str, Any]]:
+    async def approval_list(self, tenant: str | None, status: str | None, limit: int) -> list[Approval]:
         return await self._approvals.list(tenant, status, limit)
 
     async def approval_redeem(self, tenant: str, approval_id: str) -> bool:

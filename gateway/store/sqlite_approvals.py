@@ -68,7 +68,7 @@ WHERE tenant = :tenant AND id = :id AND status = 'pending' AND expires_at > :now
 """
 
 
-def _read(row: tuple[Any, ...] | None) -> dict[str, Any] | None:
+def _read(row: tuple[Any, ...] | None) -> approvals.Approval | None:
     return None if row is None else approvals.read(row[0], row[1], row[2])
 
 
@@ -90,13 +90,13 @@ def put(db: sqlite3.Connection, new: approvals.NewApproval, now: float) -> None:
         db.execute(_INSERT, params)
 
 
-def get(db: sqlite3.Connection, tenant: str, approval_id: str, now: float) -> dict[str, Any] | None:
+def get(db: sqlite3.Connection, tenant: str, approval_id: str, now: float) -> approvals.Approval | None:
     return _read(db.execute(_GET, {"tenant": tenant, "id": approval_id, "now": now}).fetchone())
 
 
 def decide(
     db: sqlite3.Connection, tenant: str, approval_id: str, decision: bytes, status: str, now: float
-) -> tuple[bool, dict[str, Any] | None]:
+) -> tuple[bool, approvals.Approval | None]:
     where = {"tenant": tenant, "id": approval_id, "now": now}
     with transaction(db, "BEGIN IMMEDIATE"):
         won = db.execute(_DECIDE, {**where, "status": status, "decision": decision}).rowcount == 1
@@ -124,7 +124,7 @@ def add_redeemed_column(db: sqlite3.Connection) -> None:
 
 def list_approvals(
     db: sqlite3.Connection, tenant: str | None, status: str | None, limit: int, now: float
-) -> list[dict[str, Any]]:
+) -> list[approvals.Approval]:
     query = _LIST_ALL if tenant is None else _LIST_TENANT
     rows = db.execute(query, {"tenant": tenant, "status": status, "limit": limit, "now": now}).fetchall()
     return [approvals.read(row[0], row[1], row[2]) for row in rows]

@@ -16,11 +16,11 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import orjson
 
-from gateway.store.audit_batch import canonical
+from gateway.store.audit_batch import AuditRecord, canonical
 from gateway.store.base import AuditHead, KeyRecord
 from gateway.store.sqlite_approvals import SCHEMA as APPROVALS_SCHEMA
 from gateway.store.sqlite_approvals import add_redeemed_column
@@ -139,7 +139,7 @@ class SqliteDb:
         return AuditHead(0, "") if row is None else AuditHead(int(row[0]), str(row[1]))
 
     @staticmethod
-    def audit_append(db: sqlite3.Connection, expected: AuditHead, records: list[dict[str, Any]]) -> bool:
+    def audit_append(db: sqlite3.Connection, expected: AuditHead, records: list[AuditRecord]) -> bool:
         # IMMEDIATE takes the write lock before reading the head, so two processes appending
         # to one chain are serialized: the second sees the first's head and is refused.
         with transaction(db, "BEGIN IMMEDIATE"):
@@ -149,17 +149,17 @@ class SqliteDb:
                 return True
             db.executemany(
                 "INSERT INTO audit_records (seq, record) VALUES (?, ?)",
-                [(r["seq"], canonical(r)) for r in records],
+                [(r.seq, canonical(r.to_dict())) for r in records],
             )
-            _set_mark(db, "head", AuditHead(records[-1]["seq"], records[-1]["hash"]))
+            _set_mark(db, "head", AuditHead(records[-1].seq, records[-1].hash))
         return True
 
     @staticmethod
-    def audit_range(db: sqlite3.Connection, first_seq: int, limit: int) -> list[dict[str, Any]]:
+    def audit_range(db: sqlite3.Connection, first_seq: int, limit: int) -> list[AuditRecord]:
         rows = db.execute(
             "SELECT record FROM audit_records WHERE seq >= ? ORDER BY seq LIMIT ?", (first_seq, limit)
         ).fetchall()
-        return [orjson.loads(row[0]) for row in rows]
+        return [AuditRecord.from_json(row[0]) for row in rows]
 
     @staticmethod
     def audit_trim(db: sqlite3.Connection, before_seq: int, anchor: AuditHead) -> None:

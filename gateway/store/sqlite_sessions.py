@@ -15,12 +15,10 @@ path's background flusher.
 from __future__ import annotations
 
 import sqlite3
-from typing import Any
-
-import orjson
 
 from gateway.store.base import SessionCheckpoint
 from gateway.store.session_batch import newer_events
+from gateway.store.session_record import SessionState
 from gateway.store.sqlite_tx import transaction
 
 SCHEMA = """
@@ -91,7 +89,7 @@ def save(
     db: sqlite3.Connection,
     tenant: str,
     session_id: str,
-    state: dict[str, Any],
+    state: SessionState,
     now: float,
     ttl_s: float,
     *,
@@ -101,16 +99,15 @@ def save(
     with transaction(db, "BEGIN IMMEDIATE"):
         if purge:
             _purge_expired(db, now)
-        _touch(db, tenant, session_id, now, ttl_s, orjson.dumps(state))
+        _touch(db, tenant, session_id, now, ttl_s, state.to_json())
 
 
-def load(db: sqlite3.Connection, tenant: str, session_id: str, now: float) -> dict[str, Any] | None:
+def load(db: sqlite3.Connection, tenant: str, session_id: str, now: float) -> SessionState | None:
     query = "SELECT state FROM sessions WHERE tenant = ? AND id = ? AND expires_at > ?"
     row = db.execute(query, (tenant, session_id, now)).fetchone()
     if row is None or row[0] is None:
         return None
-    state: dict[str, Any] = orjson.loads(row[0])
-    return state
+    return SessionState.from_json(row[0])
 
 
 def append(
@@ -150,7 +147,7 @@ def checkpoint(db: sqlite3.Connection, items: list[SessionCheckpoint], now: floa
         for item in items:
             if item.replace_events:
                 db.execute("DELETE FROM session_events WHERE tenant = ? AND id = ?", (item.tenant, item.session_id))
-            state = orjson.dumps(item.state) if item.state is not None else None
+            state = item.state.to_json() if item.state is not None else None
             if state is not None or item.events:
                 _touch(db, item.tenant, item.session_id, now, item.ttl_s, state)
             if item.events:

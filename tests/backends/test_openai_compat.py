@@ -142,6 +142,15 @@ async def test_keep_alive_comments_and_crlf_lines_are_understood() -> None:
     assert [c.content for c in chunks] == ["a"]
 
 
+async def test_the_body_is_read_as_the_sse_standard_says() -> None:
+    """A chunk over two `data:` lines (joined with LF), CR line ends, a BOM, no space after the
+    colon, an event name; a last event whose blank line never came still counts as said."""
+    head, tail = orjson.dumps(chunk("a"))[:10], orjson.dumps(chunk("a"))[10:]
+    body = b"\xef\xbb\xbf: hi\r\revent: delta\rdata:" + head + b"\rdata: " + tail + b"\r\rdata: [DONE]\r"
+    chunks = await collect(backend(lambda _: httpx.Response(200, content=body)))
+    assert [c.content for c in chunks] == ["a"]
+
+
 async def test_no_first_token_within_the_deadline_is_a_first_token_timeout() -> None:
     async def never() -> object:
         yield b": waiting\n\n"

@@ -160,6 +160,6 @@ async def audited(server: PrivateRedis, prefix: str = "chaos") -> list[dict[str,
     """The audit chain in `server`, read the way `gateway audit verify` reads it."""
     store = RedisStore(RedisStoreSettings(url=server.url, key_prefix=prefix, socket_timeout_s=5))
     try:
-        return [r async for r in iterate(store)]
+        return [r.to_dict() async for r in iterate(store)]
     finally:
         await store.aclose()

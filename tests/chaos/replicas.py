@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import orjson
 
+from common.sse_reader import read_events
 from gateway.auth import new_secret
 from tests.procs import Gateway, delete_redis_prefix, redis_store_config, running_gateway
 
@@ -108,16 +109,11 @@ def replicas_on_redis(tmp_path: Path, config: dict[str, Any], count: int = 2) ->
 
 
 def parse(lines: list[str]) -> list[tuple[int | None, Any]]:
-    """(id, payload) of each SSE event."""
-    events: list[tuple[int | None, Any]] = []
-    seq = None
-    for line in lines:
-        if line.startswith("id: "):
-            seq = int(line[4:])
-        elif line.startswith("data: "):
-            payload = line[6:]
-            events.append((seq, payload if payload == "[DONE]" else orjson.loads(payload)))
-    return events
+    """(id, payload) of each SSE event of these lines (the last one counts before its blank line)."""
+    return [
+        (int(seq) if seq else None, "[DONE]" if data == b"[DONE]" else orjson.loads(data))
+        for data, _, seq in read_events("\n".join(lines) + "\n")
+    ]
 
 
 def text_of(events: list[tuple[int | None, Any]]) -> str:

@@ -37,7 +37,7 @@ def cluster_store(cluster: RedisCluster, prefix: str) -> dict[str, Any]:
 async def chain_of(cluster: RedisCluster, prefix: str) -> list[dict[str, Any]]:
     store = RedisStore(RedisStoreSettings(url=cluster.url, cluster=True, key_prefix=prefix, socket_timeout_s=5))
     try:
-        return [r async for r in iterate(store)]
+        return [r.to_dict() async for r in iterate(store)]
     finally:
         await store.aclose()
 

@@ -21,6 +21,7 @@ import pytest
 import yaml
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from common.sse_reader import read_events
 from gateway.auth import new_secret
 from gateway.cli.processes import Announced
 from tests.deploy.files import COMPOSE_GATEWAY_CONFIG, compose_services
@@ -144,14 +145,9 @@ def chat(gateway: Gateway, key: str) -> httpx.Response:
 
 
 def sse_events(text: str) -> list[tuple[int, Any]]:
-    events, seq = [], 0
-    for line in text.splitlines():
-        if line.startswith("id: "):
-            seq = int(line[4:])
-        elif line.startswith("data: "):
-            payload = line[6:]
-            events.append((seq, payload if payload == "[DONE]" else orjson.loads(payload)))
-    return events
+    return [
+        (int(seq or 0), "[DONE]" if data == b"[DONE]" else orjson.loads(data)) for data, _, seq in read_events(text)
+    ]
 
 
 def test_both_replicas_are_ready_on_the_compose_backends_and_store(stack: Stack) -> None:

@@ -121,11 +121,21 @@ def gateway(weights: dict[str, Any], tmp_path: Path) -> Iterator[Gateway]:
     with ExitStack() as stack:
         gw = stack.enter_context(running_gateway(tmp_path, config))
         specs = [
-            {"version": "v1", "deployments": ["ref-1"], "checkpoint": "tiny@10", "system_prompt": PROMPTS["v1"],
-             "prompt_version": "p1"},
-            {"version": "v2", "deployments": ["ref-2"], "checkpoint": "tiny@20", "system_prompt": PROMPTS["v2"],
-             "prompt_version": "p2"},
-        ]  # fmt: skip
+            {
+                "version": "v1",
+                "deployments": ["ref-1"],
+                "checkpoint": "tiny@10",
+                "system_prompt": PROMPTS["v1"],
+                "prompt_version": "p1",
+            },
+            {
+                "version": "v2",
+                "deployments": ["ref-2"],
+                "checkpoint": "tiny@20",
+                "system_prompt": PROMPTS["v2"],
+                "prompt_version": "p2",
+            },
+        ]
         for spec in specs:
             created = admin(gw, "releases", spec)
             assert created.status_code == 201, created.text
@@ -144,8 +154,12 @@ def test_rollback_while_a_stream_is_in_flight(weights: dict[str, Any], gateway: 
     assert promoted.status_code == 200, promoted.text
     assert answer(gateway) == direct(ref2, PROMPTS["v2"], ANSWER_TOKENS)
 
-    body = {"model": MODEL, "stream": True, "max_tokens": STREAM_TOKENS,
-            "messages": [{"role": "user", "content": QUESTION}]}  # fmt: skip
+    body = {
+        "model": MODEL,
+        "stream": True,
+        "max_tokens": STREAM_TOKENS,
+        "messages": [{"role": "user", "content": QUESTION}],
+    }
     text, chunks_before, chunks_after, done = "", 0, 0, False
     rolled: httpx.Response | None = None
     started = time.monotonic()

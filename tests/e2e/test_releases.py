@@ -113,9 +113,14 @@ def setup(sim_pair: list[Announced], tmp_path: Path) -> Iterator[dict[str, Any]]
             two.key = one.key
             specs = {
                 "v1": {"version": "v1", "deployments": ["old"], "checkpoint": "ft@100", "system_prompt": "You are v1."},
-                "v2": {"version": "v2", "deployments": ["new"], "checkpoint": "ft@200", "system_prompt": "You are v2.",
-                       "eval_set": str(SMOKE)},
-            }  # fmt: skip
+                "v2": {
+                    "version": "v2",
+                    "deployments": ["new"],
+                    "checkpoint": "ft@200",
+                    "system_prompt": "You are v2.",
+                    "eval_set": str(SMOKE),
+                },
+            }
             for spec in specs.values():
                 assert (
                     httpx.post(
@@ -481,8 +486,13 @@ def test_promotion_runs_a_replay_smoke_run_against_the_release(setup: dict[str, 
     samples.write_bytes(b"\n".join(lines))
     base = f"{one.url}/admin/models/{MODEL}"
     headers = one.headers(one.admin_key)
-    meets = {"version": "v3", "deployments": ["new"], "smoke_samples": str(samples), "smoke_count": 4,
-             "smoke_slo_ttft_ms": 2000}  # fmt: skip
+    meets = {
+        "version": "v3",
+        "deployments": ["new"],
+        "smoke_samples": str(samples),
+        "smoke_count": 4,
+        "smoke_slo_ttft_ms": 2000,
+    }
     misses = {**meets, "version": "v4", "smoke_slo_ttft_ms": 0.001}
     for body in (meets, misses):
         assert httpx.post(f"{base}/releases", json=body, headers=headers, timeout=10).status_code == 201
@@ -646,8 +656,12 @@ def test_a_repeated_rollback_from_the_same_release_rolls_back_once(setup: dict[s
 def eval_set_expecting(path: Path, text: str, case_id: str = "answers-as-v2") -> Path:
     """An eval set whose one case passes only when the release's prompt is in front (the sim's
     answer depends on every message), like a real prompt the model needs to behave."""
-    case = {"id": case_id, "messages": QUESTION, "request": {"max_tokens": 6, "temperature": 0},
-            "assertions": [{"equals": text}]}  # fmt: skip
+    case = {
+        "id": case_id,
+        "messages": QUESTION,
+        "request": {"max_tokens": 6, "temperature": 0},
+        "assertions": [{"equals": text}],
+    }
     path.write_text(yaml.safe_dump({"id": f"prompted-{case_id}", "version": 1, "cases": [case]}))
     return path
 

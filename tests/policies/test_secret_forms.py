@@ -12,8 +12,9 @@ SECRET = "test-approval-secret-0123456789"
 ARGUMENTS = '{"to": "a@example.com"}'
 
 
-@pytest.mark.parametrize(("issued_with", "verified_with"), [(SECRET, SECRET), (SECRET.encode(), SECRET),
-                                                             (SECRET, SECRET.encode())])  # fmt: skip
+@pytest.mark.parametrize(
+    ("issued_with", "verified_with"), [(SECRET, SECRET), (SECRET.encode(), SECRET), (SECRET, SECRET.encode())]
+)
 def test_the_configured_string_and_its_bytes_are_the_same_secret(
     issued_with: str | bytes, verified_with: str | bytes
 ) -> None:

@@ -144,8 +144,13 @@ def main(argv: list[str]) -> None:
         jitter=float(options.get("--jitter", "0")),
     )
     sock = bind_socket("127.0.0.1", 0)
-    config = uvicorn.Config(StampingApp(create_sim_app(profile)), log_level="warning", access_log=False,
-                            lifespan="off", timeout_graceful_shutdown=1)  # fmt: skip
+    config = uvicorn.Config(
+        StampingApp(create_sim_app(profile)),
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        timeout_graceful_shutdown=1,
+    )
     server = _Announcing(config, sim_url(sock))
     try:
         server.run(sockets=[sock])

@@ -104,8 +104,9 @@ def test_each_injected_fault_is_reported_under_its_reason(
     fast_sim: str, simple_samples: Path, fault: str, reason: str
 ) -> None:
     plan = LoadPlan(concurrency=3, count=6)
-    document = run(fast_sim, simple_samples, plan, (("X-Sim-Fault", fault),),
-                   first_token_timeout_s=0.5, stall_timeout_s=0.5)  # fmt: skip
+    document = run(
+        fast_sim, simple_samples, plan, (("X-Sim-Fault", fault),), first_token_timeout_s=0.5, stall_timeout_s=0.5
+    )
     failures = document["summary"]["failures"]
     assert [(row["reason"], row["count"], row["is_failure"]) for row in failures] == [(reason, 6, True)]
     assert document["summary"]["success_rate"] == 0.0
@@ -118,8 +119,9 @@ def test_a_healthy_run_against_the_same_sim_has_no_failures(fast_sim: str, simpl
 
 
 def test_non_streamed_requests_take_ttft_as_the_whole_body(fast_sim: str, simple_samples: Path) -> None:
-    options = RunOptions(simple_samples, ClientConfig(fast_sim), LoadPlan(concurrency=2, count=4),
-                         Overrides(max_tokens=5, stream=False))  # fmt: skip
+    options = RunOptions(
+        simple_samples, ClientConfig(fast_sim), LoadPlan(concurrency=2, count=4), Overrides(max_tokens=5, stream=False)
+    )
     document = run_blocking(replay(options))
     assert document["summary"]["succeeded"] == 4
     for record in document["records"]:

@@ -12,7 +12,7 @@ from replay.lag import DelayLimit, LagMonitor, assess
 from replay.metrics import Slo, distribution, metric_values, percentile, summarize, weighted_distribution
 from replay.record import CANCELLED, LENGTH, RequestRecord, reason_group
 from replay.slo import SpecError, judge_gates, parse_duration, parse_gate, parse_slo
-from replay.stream import SseSplitter, StreamState
+from replay.stream import StreamState
 
 
 def streamed(index: int, output_times: list[float], tokens: int | None = None, **fields: object) -> RequestRecord:
@@ -47,16 +47,6 @@ def test_reasoning_and_tool_call_deltas_count_as_output() -> None:
     assert state.output_times == [1.0, 2.0]
     assert state.finish_reason == "tool_calls"
     assert state.tool_args == {0: ["{}"]}
-
-
-def test_sse_splitter_handles_crlf_split_across_reads_and_comments() -> None:
-    splitter = SseSplitter()
-    events = splitter.feed(b': keep-alive\r\n\r\ndata: {"a"')
-    events += splitter.feed(b": 1}\r")
-    events += splitter.feed(b"\n\r\nevent: error\ndata: x\n\n")
-    assert events == [(b"", b'{"a": 1}'), (b"error", b"x")]
-    assert splitter.feed(b"data: [DONE]") == []
-    assert splitter.flush() == [(b"", b"[DONE]")]
 
 
 def test_tpot_is_e2e_minus_ttft_over_tokens_after_the_first() -> None:
@@ -138,8 +128,9 @@ def test_durations_slos_and_gates_parse() -> None:
 
 def test_gates_judge_the_summary_and_a_missing_value_fails() -> None:
     summary = {"success_rate": 0.98, "goodput": None, "latency": {"ttft": {"p99": 0.5}}}
-    results = judge_gates([parse_gate("success_rate>=0.99"), parse_gate("ttft_p99<=800ms"),
-                           parse_gate("goodput>=0.9")], summary)  # fmt: skip
+    results = judge_gates(
+        [parse_gate("success_rate>=0.99"), parse_gate("ttft_p99<=800ms"), parse_gate("goodput>=0.9")], summary
+    )
     assert [(r["value"], r["passed"]) for r in results] == [(0.98, False), (0.5, True), (None, False)]
 
 

@@ -127,8 +127,12 @@ def crosscheck(url: str, tmp_path: Path, concurrency: int) -> tuple[Client, Clie
     server_figures(url)  # forget anything earlier
     process, out = start_reference(url, bodies, concurrency, tmp_path)
     try:
-        options = RunOptions(path, ClientConfig(url), LoadPlan(concurrency=concurrency, count=COUNTS[concurrency]),
-                             Overrides(max_tokens=MAX_TOKENS))  # fmt: skip
+        options = RunOptions(
+            path,
+            ClientConfig(url),
+            LoadPlan(concurrency=concurrency, count=COUNTS[concurrency]),
+            Overrides(max_tokens=MAX_TOKENS),
+        )
         document = run_blocking(replay(options))
     finally:
         reference = finish_reference(process, out)
@@ -153,8 +157,10 @@ def test_no_client_ever_reads_a_ttft_below_the_servers_own(stamping_sim: str, tm
     print(replayed.line("replay"))
     print(reference.line("reference"))
     timing = document["summary"]["timing"]
-    print(f"replay's report: TTFT p50 {document['summary']['latency']['ttft']['p50']} s over {timing['measured']} "
-          f"requests, {timing['excluded']} excluded for its own delay")  # fmt: skip
+    print(
+        f"replay's report: TTFT p50 {document['summary']['latency']['ttft']['p50']} s over {timing['measured']} "
+        f"requests, {timing['excluded']} excluded for its own delay"
+    )
     assert not replayed.below_server(), "replay's TTFT clock started after the server had the request"
     assert not reference.below_server(), "the reference client's clock is wrong"
     if concurrency == 1:

@@ -81,11 +81,16 @@ def test_sharegpt_conversations_become_messages_up_to_the_last_user_turn(tmp_pat
 
 def test_audit_capture_lines_replay_the_captured_request_at_its_start_time(tmp_path: Path) -> None:
     lines = [
-        {"kind": "request", "request_id": "r1", "ts": 1000.0, "duration_ms": 250.0,
-         "capture": {"request": chat_body(0, stream=True), "completion": "hi"}},
+        {
+            "kind": "request",
+            "request_id": "r1",
+            "ts": 1000.0,
+            "duration_ms": 250.0,
+            "capture": {"request": chat_body(0, stream=True), "completion": "hi"},
+        },
         {"kind": "request", "request_id": "r2", "ts": 1001.0, "duration_ms": 10.0},
         {"kind": "key_created", "key_id": "k"},
-    ]  # fmt: skip
+    ]
     loaded = load_samples(write_jsonl(tmp_path / "audit.jsonl", lines))
     (sample,) = loaded.samples
     assert (sample.id, sample.format, sample.timestamp) == ("r1", "audit", 999.75)

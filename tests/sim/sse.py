@@ -6,12 +6,14 @@ from typing import Any
 
 import orjson
 
+from common.sse_reader import read_events
+
 DONE = "[DONE]"
 
 
 def sse_payloads(text: str) -> list[str]:
-    """The `data:` payloads of an SSE body, in order."""
-    return [block.removeprefix("data: ") for block in text.split("\n\n") if block.startswith("data: ")]
+    """The data of each event of an SSE body, in order."""
+    return [data.decode() for data, _, _ in read_events(text)]
 
 
 def sse_events(text: str) -> list[Any]:

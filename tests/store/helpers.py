@@ -8,7 +8,8 @@ import time
 import uuid
 from typing import Any
 
-from gateway.store.base import AdmitRequest, AdmitResult, AuditHead, KeyRecord, Limits, QuotaScope, Store
+from gateway.store.approval_record import Approval, ExcerptMessage
+from gateway.store.base import AdmitRequest, AdmitResult, AuditHead, AuditRecord, KeyRecord, Limits, QuotaScope, Store
 
 
 def key_record(key_id: str, tenant: str = "acme", created_at: float = 1000.0, **changes: Any) -> KeyRecord:
@@ -48,32 +49,34 @@ async def admit_all(store: Store, requests: list[AdmitRequest]) -> list[AdmitRes
     return [await store.admit(r) for r in requests]
 
 
-def chained(head: AuditHead, count: int, writer: str = "w") -> list[dict[str, Any]]:
+def chained(head: AuditHead, count: int, writer: str = "w") -> list[AuditRecord]:
     records, prev = [], head.hash
     for seq in range(head.seq + 1, head.seq + 1 + count):
         body = {"seq": seq, "prev": prev, "writer": writer, "detail": {"b": [1, 2], "a": None}}
         prev = hashlib.sha256(repr(body).encode()).hexdigest()
-        records.append({**body, "hash": prev})
+        records.append(AuditRecord.from_dict({**body, "hash": prev}))
     return records
 
 
-def approval_record(
-    approval_id: str, tenant: str = "acme", requested_at: float = 0.0, **changes: Any
-) -> dict[str, Any]:
+def approval_record(approval_id: str, tenant: str = "acme", requested_at: float = 0.0, **changes: Any) -> Approval:
     """A pending approval as the gateway builds one: requested `requested_at` (default now),
-    expiring 60 s later, with fields of every JSON kind that must round-trip unchanged."""
+    expiring 60 s later, with text that must round-trip unchanged."""
     requested_at = requested_at or time.time()
-    return {
-        "id": approval_id,
-        "tenant": tenant,
-        "status": "pending",
-        "requested_at": requested_at,
-        "expires_at": requested_at + 60.0,
-        "key_id": "k1",
-        "session_id": None,
-        "tool": "shell.exec",
-        "arguments": {"cmd": "rm -rf /tmp/x", "n": 0.1 + 0.2, "big": 2**53 + 1, "list": [], "map": {}, "u": "日本/é"},
-        "arguments_sha256": hashlib.sha256(b"x").hexdigest(),
-        "reason": "matches rule high-risk",
-        **changes,
-    }
+    record = Approval(
+        id=approval_id,
+        tenant=tenant,
+        key_id="k1",
+        session_id=None,
+        call_id="call_1",
+        tool="shell.exec",
+        arguments='{"cmd": "rm -rf /tmp/x", "n": 0.30000000000000004, "big": 9007199254740993, "u": "日本/é"}',
+        arguments_sha256=hashlib.sha256(b"x").hexdigest(),
+        reason="matches rule high-risk",
+        mode="wait",
+        requested_at=requested_at,
+        expires_at=requested_at + 60.0,
+        status="pending",
+        excerpt=(ExcerptMessage("user", "run it"),),
+        wait_deadline=requested_at + 30.0,
+    )
+    return dataclasses.replace(record, **changes)

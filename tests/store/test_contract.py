@@ -260,12 +260,12 @@ async def test_an_empty_chain_has_an_empty_head_and_anchor(store: Store) -> None
 async def test_appending_at_the_head_extends_the_chain(store: Store) -> None:
     first = chained(AuditHead(0, ""), 3)
     assert await store.audit_append(AuditHead(0, ""), first)
-    head = AuditHead(3, first[-1]["hash"])
+    head = AuditHead(3, first[-1].hash)
     assert await store.audit_head() == head
     second = chained(head, 2)
     assert await store.audit_append(head, second)
     assert await store.audit_range(1, 100) == first + second
-    assert await store.audit_head() == AuditHead(5, second[-1]["hash"])
+    assert await store.audit_head() == AuditHead(5, second[-1].hash)
 
 
 async def test_appending_to_a_stale_head_writes_nothing(store: Store) -> None:
@@ -281,7 +281,7 @@ async def test_appending_to_a_stale_head_writes_nothing(store: Store) -> None:
 
 async def test_records_out_of_sequence_are_refused(store: Store) -> None:
     records = chained(AuditHead(0, ""), 2)
-    records[1]["seq"] = 5
+    records[1] = dataclasses.replace(records[1], seq=5)
     with pytest.raises(ValueError, match="seq 2"):
         await store.audit_append(AuditHead(0, ""), records)
     assert await store.audit_head() == AuditHead(0, "")
@@ -299,12 +299,12 @@ async def test_ranges_start_at_a_seq_and_stop_at_the_limit(store: Store) -> None
 async def test_trimming_drops_old_records_and_keeps_the_anchor(store: Store) -> None:
     records = chained(AuditHead(0, ""), 6)
     assert await store.audit_append(AuditHead(0, ""), records)
-    anchor = AuditHead(3, records[2]["hash"])
+    anchor = AuditHead(3, records[2].hash)
     await store.audit_trim(4, anchor)
     assert await store.audit_anchor() == anchor
     assert await store.audit_range(0, 100) == records[3:]
     head = await store.audit_head()
-    assert head == AuditHead(6, records[-1]["hash"])
+    assert head == AuditHead(6, records[-1].hash)
     more = chained(head, 1)
     assert await store.audit_append(head, more)
     assert await store.audit_range(1, 100) == records[3:] + more
@@ -322,9 +322,9 @@ async def test_two_writers_racing_for_the_head_never_fork_the_chain(backing: Bac
 
     await asyncio.gather(write(store, "a", 15), write(other, "b", 15))
     records = await store.audit_range(1, 1000)
-    assert [r["seq"] for r in records] == list(range(1, 61))
-    assert all(r["prev"] == p["hash"] for p, r in itertools.pairwise(records))
-    assert sorted(r["writer"] for r in records) == ["a"] * 30 + ["b"] * 30
+    assert [r.seq for r in records] == list(range(1, 61))
+    assert all(r.prev == p.hash for p, r in itertools.pairwise(records))
+    assert sorted(r.body["writer"] for r in records) == ["a"] * 30 + ["b"] * 30
 
 
 async def test_ping_succeeds_on_a_reachable_store(store: Store) -> None:

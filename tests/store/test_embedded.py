@@ -145,7 +145,7 @@ async def test_another_process_sees_and_is_seen_through_the_same_file(tmp_path: 
     cli = await asyncio.create_subprocess_exec(sys.executable, "-c", script, cwd=Path(__file__).parents[2])
     assert await asyncio.wait_for(cli.wait(), timeout=30) == 0
     assert [r.id for r in await store.list_keys("acme")] == ["k1", "k2"]
-    assert [r["writer"] for r in await store.audit_range(1, 10)] == ["w", "cli"]
+    assert [r.body["writer"] for r in await store.audit_range(1, 10)] == ["w", "cli"]
     await store.aclose()
 
 

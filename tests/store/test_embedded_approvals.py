@@ -5,6 +5,7 @@ another process on the same file."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sqlite3
 import sys
 import textwrap
@@ -13,12 +14,13 @@ from pathlib import Path
 import pytest
 
 from gateway.settings import EmbeddedStoreSettings
+from gateway.store.approval_record import Decision
 from gateway.store.embedded import EmbeddedStore
 from tests.store.helpers import approval_record
 from tests.store.test_embedded import Clock
 
 START = 1_700_000_000.0
-APPROVE = {"status": "approved", "decided_by": "alice"}
+APPROVE = Decision("approved", decided_by="alice")
 
 
 @pytest.fixture
@@ -45,10 +47,10 @@ async def test_an_approval_expires_exactly_at_its_expires_at(store: EmbeddedStor
     record = approval_record("a1", requested_at=START)  # expires at START + 60
     await store.approval_put(record, 100)
     clock.now = START + 60 - 0.001
-    assert (await store.approval_get("acme", "a1") or {})["status"] == "pending"
+    assert getattr(await store.approval_get("acme", "a1"), "status", None) == "pending"
     clock.now = START + 60
-    assert (await store.approval_get("acme", "a1") or {})["status"] == "expired"
-    assert await store.approval_decide("acme", "a1", APPROVE) == (False, {**record, "status": "expired"})
+    assert getattr(await store.approval_get("acme", "a1"), "status", None) == "expired"
+    assert await store.approval_decide("acme", "a1", APPROVE) == (False, dataclasses.replace(record, status="expired"))
     clock.now = START + 60 - 0.001  # nothing was written when it lapsed
     assert (await store.approval_decide("acme", "a1", APPROVE))[0]
 
@@ -92,11 +94,12 @@ async def test_a_decision_raced_from_another_process_wins_once(tmp_path: Path) -
         import asyncio
         from pathlib import Path
         from gateway.settings import EmbeddedStoreSettings
+        from gateway.store.approval_record import Decision
         from gateway.store.embedded import EmbeddedStore
 
         async def main():
             store = EmbeddedStore(EmbeddedStoreSettings(path=Path({str(tmp_path)!r})))
-            decide = lambda i: store.approval_decide("acme", "a1", {{"status": "approved", "decided_by": f"cli-{{i}}"}})
+            decide = lambda i: store.approval_decide("acme", "a1", Decision("approved", decided_by=f"cli-{{i}}"))
             results = await asyncio.gather(*(decide(i) for i in range(20)))
             print(sum(won for won, _ in results))
             await store.aclose()
@@ -107,11 +110,11 @@ async def test_a_decision_raced_from_another_process_wins_once(tmp_path: Path) -
     cli = await asyncio.create_subprocess_exec(
         sys.executable, "-c", script, cwd=Path(__file__).parents[2], stdout=asyncio.subprocess.PIPE
     )
-    ours = [store.approval_decide("acme", "a1", {"status": "rejected", "decided_by": f"server-{i}"}) for i in range(20)]
+    ours = [store.approval_decide("acme", "a1", Decision("rejected", decided_by=f"server-{i}")) for i in range(20)]
     results, (out, _) = await asyncio.gather(asyncio.gather(*ours), asyncio.wait_for(cli.communicate(), timeout=30))
     assert cli.returncode == 0
     assert sum(won for won, _ in results) + int(out) == 1
     stored = await store.approval_get("acme", "a1")
     assert stored is not None
-    assert stored["status"] in ("approved", "rejected")
+    assert stored.status in ("approved", "rejected")
     await store.aclose()

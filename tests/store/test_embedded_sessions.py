@@ -11,9 +11,10 @@ import pytest
 from gateway.errors import StoreUnavailable
 from gateway.settings import EmbeddedStoreSettings
 from gateway.store.embedded import SESSION_PURGE_INTERVAL_S, EmbeddedStore
+from gateway.store.session_record import SessionState
 from tests.store.test_embedded import Clock
 
-STATE = {"status": "streaming"}
+STATE = SessionState("streaming")
 
 
 @pytest.fixture

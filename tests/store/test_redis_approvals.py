@@ -11,6 +11,7 @@ import redis.asyncio as aioredis
 from redis.crc import key_slot
 
 from gateway.store import keys
+from gateway.store.approval_record import Decision
 from gateway.store.redis_store import RedisStore
 from tests.store.helpers import approval_record
 from tests.store.test_redis_store import client, prefix, store
@@ -32,15 +33,15 @@ async def test_approvals_are_stored_as_the_operator_expects(
     record = approval_record("a1")
     await store.approval_put(record, 100)
     names, member = keys.approval_keys(prefix), keys.approval_member("acme", "a1")
-    assert await client.hget(names.records, member) == orjson.dumps(record)  # byte for byte
-    assert await client.zscore(names.deadlines, member) == record["expires_at"]
-    assert await client.zscore(names.forget, member) == record["expires_at"] + 100
-    assert await client.zscore(names.order, member) == record["requested_at"]
-    assert await client.zscore(keys.approval_tenant_index(prefix, "acme"), member) == record["requested_at"]
-    decision = {"status": "approved", "decided_by": "alice"}
+    assert await client.hget(names.records, member) == orjson.dumps(record.to_dict())  # byte for byte
+    assert await client.zscore(names.deadlines, member) == record.expires_at
+    assert await client.zscore(names.forget, member) == record.expires_at + 100
+    assert await client.zscore(names.order, member) == record.requested_at
+    assert await client.zscore(keys.approval_tenant_index(prefix, "acme"), member) == record.requested_at
+    decision = Decision("approved", decided_by="alice")
     assert (await store.approval_decide("acme", "a1", decision))[0]
-    assert await client.hget(names.decisions, member) == orjson.dumps(decision)
-    forget_ms = keys.approval_forget_ms(record["expires_at"] + 100)
+    assert await client.hget(names.decisions, member) == orjson.dumps(decision.to_dict())
+    forget_ms = keys.approval_forget_ms(record.expires_at + 100)
     for name in [*astuple(names), keys.approval_tenant_index(prefix, "acme")]:
         assert await client.pexpiretime(name) == forget_ms, name
 
@@ -53,7 +54,7 @@ async def test_keys_live_until_their_last_approval_is_forgotten(
     await store.approval_put(long, 1000)
     await store.approval_put(short, 10)  # a shorter retention never cuts a key's life
     assert await client.pexpiretime(keys.approval_keys(prefix).records) == keys.approval_forget_ms(
-        long["expires_at"] + 1000
+        long.expires_at + 1000
     )
 
 
@@ -73,7 +74,7 @@ async def test_a_put_removes_forgotten_approvals_everywhere(
     for name in (names.deadlines, names.forget, names.order):
         assert await client.zscore(name, stale) is None
     assert await client.exists(stale_index) == 0
-    assert [r["id"] for r in await store.approval_list(None, None, 10)] == ["a1"]
+    assert [r.id for r in await store.approval_list(None, None, 10)] == ["a1"]
 
 
 async def test_approval_scripts_are_reloaded_after_redis_forgets_them(
@@ -82,5 +83,5 @@ async def test_approval_scripts_are_reloaded_after_redis_forgets_them(
     await store.approval_get("acme", "a1")
     await client.script_flush()
     await store.approval_put(approval_record("a1"), 100)
-    assert (await store.approval_decide("acme", "a1", {"status": "rejected"}))[0]
-    assert [r["status"] for r in await store.approval_list("acme", "rejected", 10)] == ["rejected"]
+    assert (await store.approval_decide("acme", "a1", Decision("rejected")))[0]
+    assert [r.status for r in await store.approval_list("acme", "rejected", 10)] == ["rejected"]

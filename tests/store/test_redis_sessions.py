@@ -9,11 +9,12 @@ from redis.crc import key_slot
 
 from gateway.store import keys
 from gateway.store.redis_store import RedisStore
+from gateway.store.session_record import SessionState
 from tests.store.test_redis_store import client, prefix, store
 
 __all__ = ["client", "prefix", "store"]  # the fixtures, shared with test_redis_store
 
-STATE = {"status": "streaming"}
+STATE = SessionState("streaming")
 
 
 async def test_a_sessions_keys_share_a_hash_slot_and_its_ids_are_encoded(prefix: str) -> None:
@@ -30,7 +31,7 @@ async def test_sessions_are_stored_as_the_operator_expects(
     await store.session_append("acme", "s1", [(1, b"a"), (2, b"b")], 100)
     assert await store.session_claim("acme", "s1", "replica-a", 5)
     names = keys.session_keys(prefix, "acme", "s1")
-    assert await client.get(names.state) == b'{"status":"streaming"}'
+    assert await client.get(names.state) == STATE.to_json()
     assert await client.xrange(names.events) == [(b"1-0", {b"e": b"a"}), (b"2-0", {b"e": b"b"})]
     assert await client.get(names.lease) == b"replica-a"
     assert 99_000 < await client.pttl(names.state) <= 100_000

@@ -114,7 +114,7 @@ async def test_records_are_stored_as_json_the_operator_can_read(
     assert await store.audit_append(AuditHead(0, ""), records)
     entries = await client.xrange(keys.audit_stream(prefix))
     assert [entry_id for entry_id, _ in entries or []] == [b"1-0", b"2-0"]
-    assert await client.hgetall(keys.audit_head(prefix)) == {b"seq": b"2", b"hash": records[1]["hash"].encode()}
+    assert await client.hgetall(keys.audit_head(prefix)) == {b"seq": b"2", b"hash": records[1].hash.encode()}
 
 
 async def test_an_unlimited_scope_writes_no_keys(store: RedisStore, prefix: str, client: aioredis.Redis) -> None:

@@ -17,8 +17,10 @@ import redis
 
 from gateway.errors import StoreUnavailable
 from gateway.settings import RedisStoreSettings
+from gateway.store.approval_record import Decision
 from gateway.store.base import AuditHead, Reservation, SessionCheckpoint
 from gateway.store.redis_store import RedisStore
+from gateway.store.session_record import SessionState
 from tests.store.helpers import admit_request, approval_record, chained, key_record, key_scope
 
 Call = Callable[[RedisStore], Awaitable[object]]
@@ -40,7 +42,7 @@ EVERY_CALL: dict[str, Call] = {
     "audit_range": lambda s: s.audit_range(1, 10),
     "audit_trim": lambda s: s.audit_trim(1, AuditHead(0, "")),
     "audit_anchor": lambda s: s.audit_anchor(),
-    "session_save": lambda s: s.session_save("acme", "s1", {"status": "streaming"}, 60),
+    "session_save": lambda s: s.session_save("acme", "s1", SessionState("streaming"), 60),
     "session_load": lambda s: s.session_load("acme", "s1"),
     "session_append": lambda s: s.session_append("acme", "s1", [(1, b"a"), (2, b"b")], 60),
     "session_events": lambda s: s.session_events("acme", "s1", 0, 10),
@@ -49,7 +51,7 @@ EVERY_CALL: dict[str, Call] = {
     "session_delete": lambda s: s.session_delete("acme", "s1"),
     "approval_put": lambda s: s.approval_put(approval_record("a1"), 60),
     "approval_get": lambda s: s.approval_get("acme", "a1"),
-    "approval_decide": lambda s: s.approval_decide("acme", "a1", {"status": "approved", "decided_by": "alice"}),
+    "approval_decide": lambda s: s.approval_decide("acme", "a1", Decision("approved", decided_by="alice")),
     "approval_list(all)": lambda s: s.approval_list(None, None, 10),
     "approval_list(tenant)": lambda s: s.approval_list("acme", "pending", 10),
     "release_put": lambda s: s.release_put({"model": "m1", "version": "v1", "created_at": 1.0}),
@@ -175,7 +177,7 @@ async def test_calls_in_flight_when_the_server_dies_end_promptly(tmp_path: Path)
 
 
 def _checkpoint() -> list[SessionCheckpoint]:
-    return [SessionCheckpoint("acme", "s1", 60, state={"status": "streaming"}, events=[(1, b"a")], renew_owner="r1")]
+    return [SessionCheckpoint("acme", "s1", 60, state=SessionState("streaming"), events=[(1, b"a")], renew_owner="r1")]
 
 
 async def test_checkpoints_failing_while_redis_is_frozen_leak_no_connection(tmp_path: Path) -> None:

@@ -13,11 +13,15 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from gateway.store.base import Store
+from gateway.store.session_record import SessionState
 from tests.store.conftest import Backing
 
 SHORT_TTL = 0.2
 LONG_TTL = 30.0
-STATE = {"model": "m1", "status": "streaming", "body": {"messages": [{"role": "user", "content": "héllo"}]}, "n": 1.5}
+STATE = SessionState(
+    "streaming", model="m1", body={"messages": [{"role": "user", "content": "héllo"}], "temperature": 1.5}, key_id="k1"
+)
+DONE = SessionState("done")
 
 
 def events(*seqs: int, tag: str = "") -> list[tuple[int, bytes]]:
@@ -47,8 +51,8 @@ async def test_a_saved_state_is_loaded_back_and_replaced_by_the_next_save(store:
     assert await store.session_load("acme", "s1") is None
     await store.session_save("acme", "s1", STATE, LONG_TTL)
     assert await store.session_load("acme", "s1") == STATE
-    await store.session_save("acme", "s1", {"status": "done"}, LONG_TTL)
-    assert await store.session_load("acme", "s1") == {"status": "done"}
+    await store.session_save("acme", "s1", DONE, LONG_TTL)
+    assert await store.session_load("acme", "s1") == DONE
 
 
 async def test_another_tenants_session_does_not_exist(store: Store) -> None:
@@ -65,12 +69,12 @@ async def test_another_tenants_session_does_not_exist(store: Store) -> None:
 
 
 async def test_tenant_and_session_ids_cannot_run_into_each_other(store: Store) -> None:
-    await store.session_save("a:b", "c", {"who": 1}, LONG_TTL)
-    await store.session_save("a", "b:c", {"who": 2}, LONG_TTL)
-    await store.session_save("a}x{", "c}", {"who": 3}, LONG_TTL)
-    assert await store.session_load("a:b", "c") == {"who": 1}
-    assert await store.session_load("a", "b:c") == {"who": 2}
-    assert await store.session_load("a}x{", "c}") == {"who": 3}
+    await store.session_save("a:b", "c", SessionState("streaming", key_id="1"), LONG_TTL)
+    await store.session_save("a", "b:c", SessionState("streaming", key_id="2"), LONG_TTL)
+    await store.session_save("a}x{", "c}", SessionState("streaming", key_id="3"), LONG_TTL)
+    assert await store.session_load("a:b", "c") == SessionState("streaming", key_id="1")
+    assert await store.session_load("a", "b:c") == SessionState("streaming", key_id="2")
+    assert await store.session_load("a}x{", "c}") == SessionState("streaming", key_id="3")
     assert await store.session_load("a", "b") is None
 
 
@@ -255,9 +259,7 @@ async def test_a_batched_checkpoint_saves_appends_and_moves_leases_for_many_sess
             SessionCheckpoint(
                 "t1", "live", LONG_TTL, state=STATE, events=events(1, 2), renew_owner="replica-a", lease_ttl_s=LONG_TTL
             ),
-            SessionCheckpoint(
-                "t1", "done", LONG_TTL, state={"status": "done"}, events=events(1), release_owner="replica-a"
-            ),
+            SessionCheckpoint("t1", "done", LONG_TTL, state=DONE, events=events(1), release_owner="replica-a"),
             SessionCheckpoint("t2", "live", LONG_TTL, events=events(1, 2, 3)),
         ]
     )

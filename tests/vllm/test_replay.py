@@ -65,10 +65,15 @@ def test_replay_means_contain_vllms_own_and_the_differences_are_recorded(
     (server,) = pool.ready("b")
     samples = tmp_path / "samples.jsonl"
     bodies = [
-        {"model": MODEL, "messages": [{"role": "user", "content": p}], "max_tokens": 200, "temperature": 0,
-         "stream": True}
+        {
+            "model": MODEL,
+            "messages": [{"role": "user", "content": p}],
+            "max_tokens": 200,
+            "temperature": 0,
+            "stream": True,
+        }
         for p in PROMPTS
-    ]  # fmt: skip
+    ]
     samples.write_text("".join(json.dumps(b) + "\n" for b in bodies))
     config = vllm_gateway_config(vllm_deployment("b", server))
     report: dict[str, Any] = {}

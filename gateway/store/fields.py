@@ -1,0 +1,45 @@
+"""Reading a stored JSON object into a typed record: each field checked once, at the seam, so that
+a malformed or foreign record fails here (ValueError naming the field) and not as a KeyError deep in
+a consumer. Used by every record's `from_dict`."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+def text(raw: dict[str, Any], name: str, what: str, default: str | None = None) -> str:
+    value = raw.get(name, default)
+    if not isinstance(value, str):
+        raise ValueError(f"{what}'s {name} must be a string, not {value!r}")
+    return value
+
+
+def optional_text(raw: dict[str, Any], name: str, what: str) -> str | None:
+    value = raw.get(name)
+    if value is not None and not isinstance(value, str):
+        raise ValueError(f"{what}'s {name} must be a string or null, not {value!r}")
+    return value
+
+
+def number(raw: dict[str, Any], name: str, what: str, default: float | None = None) -> float:
+    value = raw.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"{what}'s {name} must be a finite number, not {value!r}")
+    return value
+
+
+def optional_number(raw: dict[str, Any], name: str, what: str) -> float | None:
+    return None if raw.get(name) is None else number(raw, name, what)
+
+
+def json_object(raw: object, what: str) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise ValueError(f"{what} must be a JSON object, not {type(raw).__name__}")
+    return raw
+
+
+def without_none(values: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+    """`values` but the optional fields among `names` that are not set: they are absent from the
+    stored JSON rather than null, as before records were typed."""
+    return {k: v for k, v in values.items() if not (v is None and k in names)}
