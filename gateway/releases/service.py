@@ -211,7 +211,9 @@ class ReleaseService(PreflightChecks, CanaryOps):
             if current == version:
                 return {"model": model, "active": version, "generation": generation, "changed": False,
                         "serving": serving}  # fmt: skip
-            entry = HistoryEntry(action, current, version, actor.key_id, reason, at=self._clock())
+            entry = HistoryEntry(
+                action, from_version=current, to=version, by=actor.key_id, reason=reason, at=self._clock()
+            )
             won, new_generation = await self._store.release_activate(model, version, generation, entry)
             if won:
                 await self.refresh(model)
