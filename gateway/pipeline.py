@@ -32,6 +32,7 @@ from gateway.errors import ModelNotFound
 from gateway.principal import Principal
 from gateway.request_trace import RequestTrace
 from gateway.routing.router import RouteLog, Router
+from gateway.store.release_record import Release
 from gateway.store.session_record import QuotaHold
 from gateway.tenancy import ModelTenancy
 
@@ -75,7 +76,7 @@ class RequestContext:
     # Set while a tool call waits for a person: a non-streamed answer sends whitespace this often.
     approval_keepalive_s: float | None = None
     # A canary request: the active release it falls back to if the candidate fails before output.
-    release_fallback: dict[str, Any] | None = None
+    release_fallback: Release | None = None
     release_prompt: str = ""  # the system prompt the release put in front
     canary_failed: bool = False
 

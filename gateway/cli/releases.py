@@ -108,7 +108,8 @@ def create_command(config_path: Path, model: str, **fields: Any) -> None:
     """Record an immutable release."""
     fields["deployments"] = [d for d in fields["deployments"].split(",") if d]
     spec = ReleaseSpec(**fields)
-    _print(run(config_path, _with_service(lambda s, ctx: s.create(ctx.operator, model, spec))))
+    created = run(config_path, _with_service(lambda s, ctx: s.create(ctx.operator, model, spec)))
+    _print(created.to_dict())
 
 
 @releases_group.command("list")

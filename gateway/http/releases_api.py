@@ -12,6 +12,7 @@ from gateway.auth import Authenticator
 from gateway.errors import InvalidRequest
 from gateway.principal import Principal, Scope
 from gateway.releases.service import ReleaseService, ReleaseSpec
+from gateway.store.release_record import CanarySettings
 from gateway.tenancy import ModelTenancy
 
 
@@ -67,6 +68,16 @@ class CanaryBody(BaseModel):
             self.share = self.steps[0]
         return self
 
+    def settings(self) -> CanarySettings:
+        return CanarySettings(
+            share=self.share,
+            window_s=self.window_s,
+            max_error_rate=self.max_error_rate,
+            max_latency_ratio=self.max_latency_ratio,
+            min_requests=self.min_requests,
+            steps=None if self.steps is None else tuple(self.steps),
+        )
+
 
 def _confine(path: str | None, roots: Sequence[Path], param: str) -> None:
     """A path named over HTTP must resolve (symlinks, `..`) under a configured root. The refusal
@@ -108,7 +119,8 @@ def build_releases_router(
     async def create(model: str, body: CreateReleaseBody, actor: Caller) -> dict[str, Any]:
         for param in ("eval_set", "smoke_samples"):
             _confine(getattr(body, param), file_roots, param)
-        return await releases.create(actor, model, ReleaseSpec(**body.model_dump()))
+        created = await releases.create(actor, model, ReleaseSpec(**body.model_dump()))
+        return created.to_dict()
 
     @router.get("/models/{model}/releases")
     async def overview(model: str, actor: Reader) -> dict[str, Any]:
@@ -129,8 +141,7 @@ def build_releases_router(
     @router.post("/models/{model}/canary")
     async def start_canary(model: str, body: CanaryBody, actor: Caller) -> dict[str, Any]:
         """Preflight, then a share of traffic to the candidate; rolled back automatically on a breach."""
-        settings = body.model_dump(exclude={"version"})
-        return await releases.start_canary(actor, model, body.version, settings)
+        return await releases.start_canary(actor, model, body.version, body.settings())
 
     @router.get("/models/{model}/canary")
     async def canary_status(model: str, actor: Reader) -> dict[str, Any]:

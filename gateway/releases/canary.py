@@ -18,7 +18,10 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gateway.store.release_record import CanarySettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,32 +44,32 @@ class CanaryMonitor:
     def observe(self, model: str, outcome: Outcome) -> None:
         self._outcomes.setdefault(model, deque(maxlen=10_000)).append(outcome)
 
-    def breach(self, model: str, canary: dict[str, Any]) -> str | None:
+    def breach(self, model: str, canary: CanarySettings) -> str | None:
         """Why the canary must end, or None while it looks no worse than the baseline."""
-        horizon = self._clock() - float(canary["window_s"])
+        horizon = self._clock() - canary.window_s
         recent = [o for o in self._outcomes.get(model, ()) if o.at >= horizon]
         candidate = [o for o in recent if o.canary]
         baseline = [o for o in recent if not o.canary]
-        minimum = int(canary.get("min_requests", 20))
+        minimum = canary.min_requests
         if len(candidate) < minimum:
             return None
         error_rate = sum(not o.ok for o in candidate) / len(candidate)
-        if error_rate > float(canary["max_error_rate"]):
-            return f"error rate {error_rate:.1%} over {len(candidate)} requests > {float(canary['max_error_rate']):.1%}"
+        if error_rate > canary.max_error_rate:
+            return f"error rate {error_rate:.1%} over {len(candidate)} requests > {canary.max_error_rate:.1%}"
         if len(baseline) < minimum:
             return None
         for metric in ("ttft_s", "tpot_s"):
             ratio = _median_ratio(candidate, baseline, metric)
-            if ratio is not None and ratio > float(canary["max_latency_ratio"]):
+            if ratio is not None and ratio > canary.max_latency_ratio:
                 return f"{metric[:-2].upper()} median {ratio:.2f}x the active release's"
         return None
 
-    def stats(self, model: str, canary: dict[str, Any]) -> dict[str, Any]:
+    def stats(self, model: str, canary: CanarySettings) -> dict[str, Any]:
         """This replica's view of the window: requests, errors and medians per side."""
-        horizon = self._clock() - float(canary["window_s"])
+        horizon = self._clock() - canary.window_s
         recent = [o for o in self._outcomes.get(model, ()) if o.at >= horizon]
         return {
-            "window_s": float(canary["window_s"]),
+            "window_s": float(canary.window_s),
             "candidate": _side([o for o in recent if o.canary]),
             "baseline": _side([o for o in recent if not o.canary]),
         }

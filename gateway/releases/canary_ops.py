@@ -8,12 +8,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from gateway.errors import Conflict, GatewayError, InvalidRequest
 from gateway.principal import Principal, Scope
 from gateway.releases.canary import Outcome
 from gateway.store.base import Limits
+from gateway.store.release_record import Canary, CanarySettings, Release
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
@@ -45,16 +47,16 @@ class CanaryOps:
         on_canary_abort: Callable[[str, str], None] | None
 
         def _group(self, model: str) -> ModelGroup: ...
-        async def release(self, model: str, version: str) -> dict[str, Any]: ...
+        async def release(self, model: str, version: str) -> Release: ...
         async def refresh(self, model: str) -> None: ...
         async def preflight(
-            self, record: dict[str, Any], *, run_evals: bool, bring_up: bool = False, actor: Principal | None = None
+            self, record: Release, *, run_evals: bool, bring_up: bool = False, actor: Principal | None = None
         ) -> dict[str, str | None]: ...
         async def _checked(
             self,
             actor: Principal,
             action: str,
-            record: dict[str, Any],
+            record: Release,
             preflight: Coroutine[Any, Any, dict[str, str | None]],
         ) -> dict[str, str | None]: ...
         async def _switch(
@@ -85,7 +87,7 @@ class CanaryOps:
         canary = self.active.canaries.get(model)
         if canary is None or model in self._aborting:
             return
-        breach = self.canary_monitor.breach(model, canary)
+        breach = self.canary_monitor.breach(model, canary.settings)
         if breach:
             self._aborting.add(model)
             task = asyncio.get_running_loop().create_task(self._abort(model, breach))
@@ -105,9 +107,9 @@ class CanaryOps:
     # --- records ------------------------------------------------------------------------------
 
     async def start_canary(
-        self, actor: Principal, model: str, version: str, settings: dict[str, Any]
+        self, actor: Principal, model: str, version: str, settings: CanarySettings
     ) -> dict[str, Any]:
-        """Send `settings["share"]` of new requests to `version` after the same preflight as a promotion."""
+        """Send `settings.share` of new requests to `version` after the same preflight as a promotion."""
         actor.require(Scope.ADMIN)
         record = await self.release(model, version)
         active, generation = await self._store.release_active(model)
@@ -115,50 +117,54 @@ class CanaryOps:
             raise InvalidRequest(f"a canary needs an active release other than {version}", param="version")
         await self._checked(actor, "release.canary.start", record, self.preflight(record, run_evals=True, actor=actor))
         now = self._clock()
-        canary = {**settings, "version": version, "baseline": active, "started_at": now, "by": actor.key_id}
-        if settings.get("steps"):
-            canary |= {"step": 0, "step_started_at": now}
+        canary = Canary(settings, version, baseline=active, started_at=now, by=actor.key_id)
+        if settings.steps:
+            canary = replace(canary, step=0, step_started_at=now)
         won, new_generation = await self._store.release_set_canary(model, canary, generation)
         if not won:
             raise Conflict(f"{model}: the active release changed; try again")
         self.canary_monitor.reset(model)
         await self.refresh(model)
-        await self._record(actor, "release.canary.start", model, active, version, str(settings), field="canary")
-        return {"model": model, "canary": canary, "generation": new_generation}
+        reason = str(settings.to_dict())  # the settings as the operator sent them
+        await self._record(actor, "release.canary.start", model, active, version, reason, field="canary")
+        return {"model": model, "canary": canary.to_dict(), "generation": new_generation}
 
     async def canary_status(self, model: str) -> dict[str, Any]:
         self._group(model)
         canary = await self._store.release_canary(model)
-        stats = self.canary_monitor.stats(model, canary) if canary else None
-        return {"model": model, "canary": canary, "stats": stats, "replica_view": "this replica's requests only"}
+        stats = self.canary_monitor.stats(model, canary.settings) if canary else None
+        view = None if canary is None else canary.to_dict()
+        return {"model": model, "canary": view, "stats": stats, "replica_view": "this replica's requests only"}
 
     async def advance_canaries(self) -> None:
         """Move each stepped canary whose current step passed a clean window up one step; the last
         step promotes. Called by every replica's watcher; the store's compare-and-set picks one."""
         for model, canary in list(self.active.canaries.items()):
-            steps = canary.get("steps")
-            if not steps or model in self._aborting:
+            settings = canary.settings
+            if not settings.steps or canary.step_started_at is None or model in self._aborting:
                 continue
-            step_started = float(canary["step_started_at"])
-            if self._clock() - step_started < float(canary["window_s"]):
+            step_started = canary.step_started_at
+            if self._clock() - step_started < settings.window_s:
                 continue
             # The monitor's clock is monotonic; the window's start is wall time: compare ages.
             seen_since = time.monotonic() - (self._clock() - step_started)
-            if self.canary_monitor.candidate_requests(model, seen_since) < int(canary.get("min_requests", 20)):
+            if self.canary_monitor.candidate_requests(model, seen_since) < settings.min_requests:
                 continue
             try:
                 await self._next_step(model, canary)
             except GatewayError as error:  # store down or a racing switch: the next poll looks again
                 log.warning("could not move the canary of %s on: %s", model, error.message)
 
-    async def _next_step(self, model: str, canary: dict[str, Any]) -> None:
-        steps, step = list(canary["steps"]), int(canary["step"]) + 1
+    async def _next_step(self, model: str, canary: Canary) -> None:
+        settings = canary.settings
+        steps, step = settings.steps or (), (canary.step or 0) + 1
         _, generation = await self._store.release_active(model)
         if step >= len(steps) or float(steps[step]) >= 1.0:
             reason = f"canary passed every step ({', '.join(f'{float(s):g}' for s in steps)})"
-            await self._switch(_CANARY_DRIVER, model, canary["version"], "release.canary.promote", reason)
+            await self._switch(_CANARY_DRIVER, model, canary.version, "release.canary.promote", reason)
             return
-        moved = {**canary, "step": step, "share": float(steps[step]), "step_started_at": self._clock()}
+        moved_settings = replace(settings, share=float(steps[step]))
+        moved = replace(canary, settings=moved_settings, step=step, step_started_at=self._clock())
         won, _ = await self._store.release_set_canary(model, moved, generation)
         if won:
             await self.refresh(model)
@@ -168,10 +174,10 @@ class CanaryOps:
                     "action": "release.canary.step",
                     "actor": _CANARY_DRIVER.key_id,
                     "tenant": None,
-                    "target": f"{model}@{canary['version']}",
-                    "before": {"canary": canary["version"], "share": canary["share"]},
-                    "after": {"canary": canary["version"], "share": moved["share"]},
-                    "reason": f"a clean {float(canary['window_s']):g}s window at {float(canary['share']):g}",
+                    "target": f"{model}@{canary.version}",
+                    "before": {"canary": canary.version, "share": settings.share},
+                    "after": {"canary": canary.version, "share": moved_settings.share},
+                    "reason": f"a clean {float(settings.window_s):g}s window at {float(settings.share):g}",
                 }
             )
 
@@ -186,8 +192,8 @@ class CanaryOps:
             if won:
                 await self.refresh(model)
                 await self._audit.submit({"kind": "admin", "action": "release.canary.rollback", "actor": actor_key_id,
-                                          "tenant": None, "target": f"{model}@{canary['version']}",
-                                          "before": {"canary": canary["version"]}, "after": {"canary": None},
+                                          "tenant": None, "target": f"{model}@{canary.version}",
+                                          "before": {"canary": canary.version}, "after": {"canary": None},
                                           "reason": reason})  # fmt: skip
-                return {"model": model, "canary": None, "changed": True, "reason": reason, "version": canary["version"]}
+                return {"model": model, "canary": None, "changed": True, "reason": reason, "version": canary.version}
         raise Conflict(f"{model}: the release keeps changing; try again")

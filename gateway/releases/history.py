@@ -9,23 +9,24 @@ then v1, and never re-activates the release just rolled back from unless someone
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+
+from gateway.store.release_record import HistoryEntry
 
 ROLLBACK = "release.rollback"
 
 
-def activation_stack(history_newest_first: Iterable[dict[str, Any]]) -> list[str]:
+def activation_stack(history_newest_first: Iterable[HistoryEntry]) -> list[str]:
     stack: list[str] = []
     for entry in reversed(list(history_newest_first)):
-        version = str(entry.get("to"))
-        if entry.get("action") == ROLLBACK and version in stack:
+        version = entry.to
+        if entry.action == ROLLBACK and version in stack:
             del stack[stack.index(version) + 1 :]
         elif not stack or stack[-1] != version:
             stack.append(version)
     return stack
 
 
-def rollback_target(history_newest_first: Iterable[dict[str, Any]], active: str | None) -> str | None:
+def rollback_target(history_newest_first: Iterable[HistoryEntry], active: str | None) -> str | None:
     """The release a plain rollback activates, or None when there is none to go back to."""
     stack = activation_stack(history_newest_first)
     if active is None or not stack or stack[-1] != active or len(stack) < 2:

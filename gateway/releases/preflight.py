@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
     from gateway.releases.candidate_path import CandidatePath
     from gateway.routing.health import HealthMonitor
+    from gateway.store.release_record import Release
 
 
 Served = dict[str, str | None]  # deployment -> the weights it reports serving (None: it does not say)
@@ -53,7 +54,7 @@ class PreflightChecks:
         def _group(self, model: str) -> Any: ...
 
     async def preflight(
-        self, record: dict[str, Any], *, run_evals: bool, bring_up: bool = False, actor: Principal | None = None
+        self, record: Release, *, run_evals: bool, bring_up: bool = False, actor: Principal | None = None
     ) -> Served:
         """Raise PreflightFailed naming every problem with this release; else return what each of
         its deployments reports it serves (None: the server does not say)."""
@@ -67,34 +68,34 @@ class PreflightChecks:
         if not problems:
             problems += await self._smoke_problems(record, actor)
         if problems:
-            raise PreflightFailed(f"{record['model']}@{record['version']}: " + "; ".join(problems))
+            raise PreflightFailed(f"{record.model}@{record.version}: " + "; ".join(problems))
         return serving
 
-    async def _served(self, record: dict[str, Any]) -> tuple[Served, list[str]]:
+    async def _served(self, record: Release) -> tuple[Served, list[str]]:
         """What the release's deployments serve, and the ones that do not serve its checkpoint."""
-        group = self._group(record["model"])
-        chosen = [d.settings for d in group.deployments if d.name in record["deployments"]]
+        group = self._group(record.model)
+        chosen = [d.settings for d in group.deployments if d.name in record.deployments]
         serving = await served_roots(chosen)
-        pin = record.get("checkpoint")
-        return serving, (mismatches(pin["path"], serving) if pin else [])
+        pin = record.checkpoint
+        return serving, (mismatches(pin.path, serving) if pin else [])
 
-    async def _checkpoint_problems(self, record: dict[str, Any]) -> list[str]:
-        pin = record.get("checkpoint")
+    async def _checkpoint_problems(self, record: Release) -> list[str]:
+        pin = record.checkpoint
         if pin is None:
             return []
         from gateway.releases.checkpoints import verify
 
         # Hashing a checkpoint takes seconds per GiB: in a thread (hashlib lets go of the GIL),
         # so that a promote or rollback does not pause traffic.
-        report = await asyncio.to_thread(verify, Path(pin["path"]), expected_digest=pin["manifest_digest"])
-        return [f"checkpoint {pin['version']} {problem}" for problem in report.problems]
+        report = await asyncio.to_thread(verify, Path(pin.path), expected_digest=pin.manifest_digest)
+        return [f"checkpoint {pin.version} {problem}" for problem in report.problems]
 
-    async def _health_problems(self, record: dict[str, Any], bring_up: bool) -> list[str]:
-        group = self._group(record["model"])
-        chosen = [d for d in group.deployments if d.name in record["deployments"]]
+    async def _health_problems(self, record: Release, bring_up: bool) -> list[str]:
+        group = self._group(record.model)
+        chosen = [d for d in group.deployments if d.name in record.deployments]
         results = await asyncio.gather(*(self._health.probe(d) for d in chosen))
         problems = []
-        pinned = (record.get("checkpoint") or {}).get("path")
+        pinned = record.checkpoint.path if record.checkpoint else None
         for deployment, ok in zip(chosen, results, strict=True):
             hook = deployment.settings.load_hook
             if ok and not (bring_up and await adapter_to_load(deployment.settings, pinned)):
@@ -120,8 +121,8 @@ class PreflightChecks:
                 problems.append(problem)
         return problems
 
-    async def _eval_problems(self, record: dict[str, Any], actor: Principal | None) -> list[str]:
-        pin = record.get("eval_set")
+    async def _eval_problems(self, record: Release, actor: Principal | None) -> list[str]:
+        pin = record.eval_set
         if pin is None:
             return []
         from eval.gate import Thresholds, check_gate
@@ -130,50 +131,50 @@ class PreflightChecks:
 
         try:  # releases made before sets were pinned by content name a path
             eval_set = (
-                parse_eval_set(orjson.loads(pin["content"])) if "content" in pin else load_eval_set(Path(pin["path"]))
+                parse_eval_set(orjson.loads(pin.content)) if pin.content is not None else load_eval_set(Path(pin.path))
             )
         except (EvalSetError, OSError) as error:
-            return [f"eval set {pin['id']} cannot be read: {error}"]
-        if eval_set.digest != pin["digest"]:
-            return [f"eval set {pin['id']} changed since the release pinned it"]
+            return [f"eval set {pin.id} cannot be read: {error}"]
+        if eval_set.digest != pin.digest:
+            return [f"eval set {pin.id} changed since the release pinned it"]
         if self.candidate_path is not None and actor is not None:
-            transport = self.candidate_path.transport(actor, record["version"])
-            result = await run_eval(eval_set, CANDIDATE_BASE_URL, None, record["model"], transport=transport)
+            transport = self.candidate_path.transport(actor, record.version)
+            result = await run_eval(eval_set, CANDIDATE_BASE_URL, None, record.model, transport=transport)
         else:
             # The CLI without --gateway has no request path of a running gateway: the cases go to
             # the release's first deployment with its prompt in front (no tool policy applies).
             result = await self._direct_eval(record, eval_set)
-        verdict = check_gate(result, Thresholds(min_pass_rate=record["thresholds"].get("min_pass_rate")))
+        verdict = check_gate(result, Thresholds(min_pass_rate=record.thresholds.min_pass_rate))
         if verdict.passed:
             return []
-        return [f"eval set {pin['id']}: " + "; ".join(verdict.reasons) + _failed_cases(result.cases)]
+        return [f"eval set {pin.id}: " + "; ".join(verdict.reasons) + _failed_cases(result.cases)]
 
-    async def _direct_eval(self, record: dict[str, Any], eval_set: Any) -> Any:
+    async def _direct_eval(self, record: Release, eval_set: Any) -> Any:
         from eval.runner import run_eval
 
-        prompt = record["prompt"]["system_prompt"]
+        prompt = record.prompt.system_prompt
         if prompt:
             system = {"role": "system", "content": prompt}
             cases = tuple(c.model_copy(update={"messages": (system, *c.messages)}) for c in eval_set.cases)
             eval_set = eval_set.model_copy(update={"cases": cases})
-        group = self._group(record["model"])
-        target = next(d for d in group.deployments if d.name in record["deployments"]).settings
+        group = self._group(record.model)
+        target = next(d for d in group.deployments if d.name in record.deployments).settings
         return await run_eval(eval_set, str(target.api_base), target.api_key, target.model)
 
-    async def _smoke_problems(self, record: dict[str, Any], actor: Principal | None) -> list[str]:
-        smoke = record.get("smoke")
-        if not smoke:
+    async def _smoke_problems(self, record: Release, actor: Principal | None) -> list[str]:
+        smoke = record.smoke
+        if smoke is None:
             return []
         if self.candidate_path is not None and actor is not None:
-            app = self.candidate_path.app(actor, record["version"])
+            app = self.candidate_path.app(actor, record.version)
             async with serve_once(app) as listener:
-                problem = await run_smoke(smoke, listener.base_url, listener.token, record["model"])
+                problem = await run_smoke(smoke, listener.base_url, listener.token, record.model)
         else:
             # As for the eval cases: without a running gateway, the release's first deployment,
             # with the release's prompt in front of each sample (no tool policy applies).
-            group = self._group(record["model"])
-            target = next(d for d in group.deployments if d.name in record["deployments"]).settings
-            prompt = record["prompt"]["system_prompt"] or ""
+            group = self._group(record.model)
+            target = next(d for d in group.deployments if d.name in record.deployments).settings
+            prompt = record.prompt.system_prompt
             problem = await run_smoke(smoke, str(target.api_base), target.api_key or "", target.model, prompt)
         return [f"replay smoke run: {problem}"] if problem else []
 

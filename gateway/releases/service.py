@@ -32,7 +32,17 @@ from gateway.releases.preflight import PreflightChecks, PreflightFailed, Served
 from gateway.routing.health import HealthMonitor
 from gateway.routing.router import ModelGroup, Router
 from gateway.store.base import ReleaseStore
-from gateway.store.release_record import HISTORY_CAP
+from gateway.store.release_record import (
+    HISTORY_CAP,
+    Canary,
+    CheckpointPin,
+    EvalSetPin,
+    HistoryEntry,
+    PromptPin,
+    Release,
+    SmokePin,
+    Thresholds,
+)
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +68,10 @@ class ReleaseSpec:
 class ActiveReleases:
     """This replica's view of each model's active release (kept fresh by ReleaseWatcher)."""
 
-    records: dict[str, dict[str, Any]] = field(default_factory=dict)
+    records: dict[str, Release] = field(default_factory=dict)
     generations: dict[str, int] = field(default_factory=dict)
-    canaries: dict[str, dict[str, Any]] = field(default_factory=dict)  # the canary settings
-    canary_records: dict[str, dict[str, Any]] = field(default_factory=dict)  # the candidate release
+    canaries: dict[str, Canary] = field(default_factory=dict)
+    canary_records: dict[str, Release] = field(default_factory=dict)  # the canary's candidate
     # What the last verification found wrong with each active release's checkpoint (/readyz).
     checkpoint_problems: dict[str, list[str]] = field(default_factory=dict)
 
@@ -94,36 +104,36 @@ class ReleaseService(PreflightChecks, CanaryOps):
         # Set by app.py: eval traffic through this gateway's own request path. The CLI has none.
         self.candidate_path: CandidatePath | None = None
 
-    async def create(self, actor: Principal, model: str, spec: ReleaseSpec) -> dict[str, Any]:
+    async def create(self, actor: Principal, model: str, spec: ReleaseSpec) -> Release:
         actor.require(Scope.ADMIN)
         group = self._group(model)
         known = {d.name for d in group.deployments}
         unknown = sorted(set(spec.deployments) - known)
         if unknown:
             raise InvalidRequest(f"model '{model}' has no deployments named {', '.join(unknown)}", param="deployments")
-        record: dict[str, Any] = {
-            "model": model,
-            "version": spec.version,
-            "deployments": list(spec.deployments) or sorted(known),
-            "checkpoint": self._checkpoint_pin(spec.checkpoint),
-            "prompt": {
-                "version": spec.prompt_version,
-                "system_prompt": spec.system_prompt,
-                "sha256": hashlib.sha256(spec.system_prompt.encode()).hexdigest(),
-            },
-            "eval_set": _eval_pin(spec.eval_set),
-            "thresholds": {"min_pass_rate": spec.min_pass_rate},
-            "smoke": _smoke_pin(spec),
-            "notes": spec.notes,
-            "author": actor.key_id,
-            "created_at": self._clock(),
-        }
+        record = Release(
+            model=model,
+            version=spec.version,
+            deployments=tuple(spec.deployments) or tuple(sorted(known)),
+            checkpoint=self._checkpoint_pin(spec.checkpoint),
+            prompt=PromptPin(
+                version=spec.prompt_version,
+                system_prompt=spec.system_prompt,
+                sha256=hashlib.sha256(spec.system_prompt.encode()).hexdigest(),
+            ),
+            eval_set=_eval_pin(spec.eval_set),
+            thresholds=Thresholds(min_pass_rate=spec.min_pass_rate),
+            smoke=_smoke_pin(spec),
+            notes=spec.notes,
+            author=actor.key_id,
+            created_at=self._clock(),
+        )
         if not await self._store.release_put(record):
             raise Conflict(f"release {model}@{spec.version} exists; releases are immutable")
         await self._record(actor, "release.create", model, None, spec.version, "", field="release")
         return record
 
-    def _checkpoint_pin(self, version: str | None) -> dict[str, Any] | None:
+    def _checkpoint_pin(self, version: str | None) -> CheckpointPin | None:
         if version is None:
             return None
         if self._checkpoints is None:
@@ -132,18 +142,20 @@ class ReleaseService(PreflightChecks, CanaryOps):
             entry = self._checkpoints.get(version)
         except RegistryError as error:
             raise InvalidRequest(str(error), param="checkpoint") from None
-        return {"version": version, "path": entry.path, "manifest_digest": entry.manifest_digest}
+        return CheckpointPin(version=version, path=entry.path, manifest_digest=entry.manifest_digest)
 
     async def overview(self, model: str) -> dict[str, Any]:
+        """The model's releases, active pointer, canary and recent history, as the views show them."""
         self._group(model)
         active, generation = await self._store.release_active(model)
+        canary = await self._store.release_canary(model)
         return {
             "model": model,
             "active": active,
             "generation": generation,
-            "canary": await self._store.release_canary(model),
-            "releases": await self._store.release_list(model),
-            "history": await self._store.release_history(model, 50),
+            "canary": None if canary is None else canary.to_dict(),
+            "releases": [record.to_dict() for record in await self._store.release_list(model)],
+            "history": [entry.to_dict() for entry in await self._store.release_history(model, 50)],
             "rollback_target": await self.rollback_target(model),
         }
 
@@ -199,14 +211,9 @@ class ReleaseService(PreflightChecks, CanaryOps):
             if current == version:
                 return {"model": model, "active": version, "generation": generation, "changed": False,
                         "serving": serving}  # fmt: skip
-            entry = {
-                "action": action,
-                "from": current,
-                "to": version,
-                "by": actor.key_id,
-                "reason": reason,
-                "at": self._clock(),
-            }
+            entry = HistoryEntry(
+                action, from_version=current, to=version, by=actor.key_id, reason=reason, at=self._clock()
+            )
             won, new_generation = await self._store.release_activate(model, version, generation, entry)
             if won:
                 await self.refresh(model)
@@ -228,7 +235,7 @@ class ReleaseService(PreflightChecks, CanaryOps):
             )
         return target
 
-    async def release(self, model: str, version: str) -> dict[str, Any]:
+    async def release(self, model: str, version: str) -> Release:
         self._group(model)
         record = await self._store.release_get(model, version)
         if record is None:
@@ -249,7 +256,7 @@ class ReleaseService(PreflightChecks, CanaryOps):
         else:
             self.active.records[model] = record
         canary = await self._store.release_canary(model)
-        candidate = await self._store.release_get(model, canary["version"]) if canary else None
+        candidate = await self._store.release_get(model, canary.version) if canary else None
         if canary is None or candidate is None:
             self.active.canaries.pop(model, None)
             self.active.canary_records.pop(model, None)
@@ -259,7 +266,7 @@ class ReleaseService(PreflightChecks, CanaryOps):
 
     # --- canaries -----------------------------------------------------------------------------
     async def _checked(
-        self, actor: Principal, action: str, record: dict[str, Any], preflight: Coroutine[Any, Any, Served]
+        self, actor: Principal, action: str, record: Release, preflight: Coroutine[Any, Any, Served]
     ) -> Served:
         """Run the preflight; a refusal is audited (what was refused and why) before it is raised."""
         try:
@@ -271,7 +278,7 @@ class ReleaseService(PreflightChecks, CanaryOps):
                     "action": f"{action}.refused",
                     "actor": actor.key_id,
                     "tenant": None,
-                    "target": f"{record['model']}@{record['version']}",
+                    "target": f"{record.model}@{record.version}",
                     "before": None,
                     "after": None,
                     "reason": refused.message,
@@ -307,21 +314,21 @@ class ReleaseService(PreflightChecks, CanaryOps):
         )
 
 
-def _smoke_pin(spec: ReleaseSpec) -> dict[str, Any] | None:
+def _smoke_pin(spec: ReleaseSpec) -> SmokePin | None:
     if spec.smoke_samples is None:
         return None
     if not Path(spec.smoke_samples).is_file():
         raise InvalidRequest(f"smoke samples {spec.smoke_samples} not found", param="smoke_samples")
-    return {
-        "samples": str(Path(spec.smoke_samples).resolve()),
-        "count": spec.smoke_count,
-        "slo_ttft_ms": spec.smoke_slo_ttft_ms,
-        "slo_tpot_ms": spec.smoke_slo_tpot_ms,
-        "min_goodput": spec.smoke_min_goodput,
-    }
+    return SmokePin(
+        samples=str(Path(spec.smoke_samples).resolve()),
+        count=spec.smoke_count,
+        slo_ttft_ms=spec.smoke_slo_ttft_ms,
+        slo_tpot_ms=spec.smoke_slo_tpot_ms,
+        min_goodput=spec.smoke_min_goodput,
+    )
 
 
-def _eval_pin(path: str | None) -> dict[str, Any] | None:
+def _eval_pin(path: str | None) -> EvalSetPin | None:
     if path is None:
         return None
     from eval.sets import EvalSetError, load_eval_set
@@ -332,10 +339,10 @@ def _eval_pin(path: str | None) -> dict[str, Any] | None:
         raise InvalidRequest("; ".join(error.problems), param="eval_set") from None
     # The content is pinned, not only the path: the gateway that promotes may run elsewhere, and a
     # file can change. The path stays for people reading the record.
-    return {
-        "id": eval_set.id,
-        "version": eval_set.version,
-        "digest": eval_set.digest,
-        "path": str(Path(path).resolve()),
-        "content": eval_set.canonical_json().decode(),
-    }
+    return EvalSetPin(
+        id=eval_set.id,
+        version=eval_set.version,
+        digest=eval_set.digest,
+        path=str(Path(path).resolve()),
+        content=eval_set.canonical_json().decode(),
+    )

@@ -15,7 +15,6 @@ import random
 import time
 from collections.abc import AsyncGenerator
 from pathlib import Path
-from typing import Any
 
 from gateway.backends.base import Chunk
 from gateway.errors import GatewayError, PermissionDenied
@@ -26,6 +25,7 @@ from gateway.releases.candidate_path import RELEASE_HEADER
 from gateway.releases.checkpoints import verify
 from gateway.releases.service import ActiveReleases, ReleaseService
 from gateway.store.base import ReleaseStore
+from gateway.store.release_record import CheckpointPin, Release
 
 RELEASE_RESPONSE_HEADER = "X-Gateway-Release"  # on every answer: which release produced it
 
@@ -60,7 +60,7 @@ class CheckpointWatch:
     async def run(self) -> None:
         while True:
             for model, record in list(self._active.records.items()):
-                pin = record.get("checkpoint")
+                pin = record.checkpoint
                 problems = await asyncio.to_thread(_checkpoint_problems, pin) if pin else []
                 if self._active.records.get(model) is record:  # not switched meanwhile
                     self._active.checkpoint_problems[model] = problems
@@ -69,9 +69,9 @@ class CheckpointWatch:
             await asyncio.sleep(self._interval_s)
 
 
-def _checkpoint_problems(pin: dict[str, Any]) -> list[str]:
-    report = verify(Path(pin["path"]), expected_digest=pin["manifest_digest"])
-    return [f"checkpoint {pin['version']} {problem}" for problem in report.problems]
+def _checkpoint_problems(pin: CheckpointPin) -> list[str]:
+    report = verify(Path(pin.path), expected_digest=pin.manifest_digest)
+    return [f"checkpoint {pin.version} {problem}" for problem in report.problems]
 
 
 class ApplyRelease:
@@ -93,7 +93,7 @@ class ApplyRelease:
             return
         record = self._active.records.get(ctx.model)
         canary = self._active.canaries.get(ctx.model)
-        on_canary = canary is not None and self._rng.random() < float(canary["share"])
+        on_canary = canary is not None and self._rng.random() < canary.settings.share
         if on_canary:
             ctx.release_fallback = record
             record = self._active.canary_records[ctx.model]
@@ -112,7 +112,7 @@ class ApplyRelease:
                     ok, tpot = False, None
                 self._service.observe(ctx.model, Outcome(time.monotonic(), on_canary, ok, ctx.ttft_s, tpot))
 
-    async def _pinned(self, ctx: RequestContext, version: str) -> dict[str, Any]:
+    async def _pinned(self, ctx: RequestContext, version: str) -> Release:
         """An admin may address any release (the preflight does): how a candidate is tried as users
         would get it before it is active. Chat keys may not choose."""
         assert ctx.principal is not None
@@ -150,11 +150,11 @@ class CanaryFallback:
                 yield chunk
 
 
-def _apply(ctx: RequestContext, record: dict[str, Any]) -> None:
-    ctx.release = record["version"]
-    ctx.response_headers[RELEASE_RESPONSE_HEADER] = record["version"]
-    ctx.deployments = frozenset(record["deployments"])
-    system_prompt = record["prompt"]["system_prompt"]
+def _apply(ctx: RequestContext, record: Release) -> None:
+    ctx.release = record.version
+    ctx.response_headers[RELEASE_RESPONSE_HEADER] = record.version
+    ctx.deployments = frozenset(record.deployments)
+    system_prompt = record.prompt.system_prompt
     ctx.release_prompt = system_prompt
     prompt_message = {"role": "system", "content": system_prompt}
     messages = ctx.body["messages"]

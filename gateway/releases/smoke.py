@@ -24,21 +24,21 @@ from typing import Any
 
 import orjson
 
+from gateway.store.release_record import SmokePin
+
 _TIMEOUT_S = 300.0
 _OUTPUT_LINES = 3
 _ENDPOINT_VARIABLES = frozenset({"REPLAY_BASE_URL", "OPENAI_BASE_URL", "REPLAY_API_KEY", "OPENAI_API_KEY"})
 
 
-async def run_smoke(
-    smoke: dict[str, Any], base_url: str, api_key: str, model: str, system_prompt: str = ""
-) -> str | None:
+async def run_smoke(smoke: SmokePin, base_url: str, api_key: str, model: str, system_prompt: str = "") -> str | None:
     """None when the smoke run met its bar, else the reason, in words an operator can act on.
 
     `system_prompt` goes in front of every sample, for a run that does not go through the gateway
     (which would put the release's prompt there itself)."""
     with tempfile.TemporaryDirectory(prefix="agw-smoke-") as scratch:
         out = Path(scratch) / "result.json"
-        samples = Path(smoke["samples"])
+        samples = Path(smoke.samples)
         if system_prompt:
             samples = _with_system_prompt(samples, system_prompt, Path(scratch) / "samples.jsonl")
         command, env = smoke_command(smoke, samples, base_url, api_key, model, out)
@@ -58,20 +58,20 @@ async def run_smoke(
         if not out.is_file():
             tail = " / ".join(output.decode(errors="replace").strip().splitlines()[-_OUTPUT_LINES:])
             return f"the replay did not run (exit {process.returncode}): {tail}"
-        return smoke_verdict(orjson.loads(out.read_bytes()), float(smoke.get("min_goodput", 1.0)))
+        return smoke_verdict(orjson.loads(out.read_bytes()), smoke.min_goodput)
 
 
 def smoke_command(
-    smoke: Mapping[str, Any], samples: Path, base_url: str, api_key: str, model: str, out: Path
+    smoke: SmokePin, samples: Path, base_url: str, api_key: str, model: str, out: Path
 ) -> tuple[list[str], dict[str, str]]:
     """The replay's command line and environment. The key and the address travel in the
     environment: a command line is readable by every user of the machine (ps, /proc)."""
     command = [sys.executable, "-m", "gateway", "replay", "run", str(samples), "--model", model,
-               "--count", str(smoke["count"]), "--concurrency", "2", "--max-tokens", "16",
+               "--count", str(smoke.count), "--concurrency", "2", "--max-tokens", "16",
                "--min-success-rate", "0", "--allow-lag", "--quiet", "--out", str(out)]  # fmt: skip
-    for metric in ("ttft", "tpot"):
-        if smoke.get(f"slo_{metric}_ms"):
-            command += ["--slo", f"{metric}={smoke[f'slo_{metric}_ms']:g}ms"]
+    for metric, limit_ms in (("ttft", smoke.slo_ttft_ms), ("tpot", smoke.slo_tpot_ms)):
+        if limit_ms:
+            command += ["--slo", f"{metric}={limit_ms:g}ms"]
     # Whatever the gateway's own environment says about some other endpoint must not leak in.
     env = {name: value for name, value in os.environ.items() if name not in _ENDPOINT_VARIABLES}
     env["REPLAY_BASE_URL"] = base_url

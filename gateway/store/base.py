@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from gateway.store.approval_record import Approval, Decision
 from gateway.store.audit_batch import AuditHead as AuditHead  # re-exported: every consumer imports it from here
 from gateway.store.audit_batch import AuditRecord as AuditRecord
+from gateway.store.release_record import Canary, HistoryEntry, Release
 from gateway.store.session_record import SessionState
 
 WINDOW_S = 60  # RPM and TPM are counted over a sliding window of this many one-second buckets
@@ -279,20 +280,19 @@ class ApprovalStore(Protocol):
 class ReleaseStore(Protocol):
     """Model releases, their active pointers and canaries (gateway/releases/)."""
 
-    # A release is an immutable JSON object the gateway builds, with at least `model` and
-    # `version` (non-empty strings) and `created_at` (unix seconds), plus anything else it wants
-    # kept (fields round-trip unchanged). Each model has an active pointer: the active version and
-    # a generation, 0 before the first activation and one more at each, so that replicas notice a
-    # switch by comparing numbers. Bad arguments raise ValueError before anything is touched
-    # (release_record.py has the checks).
-    async def release_put(self, record: dict[str, Any]) -> bool:
+    # A release is an immutable `Release` the gateway builds (`model` and `version` non-empty,
+    # `created_at` in unix seconds), kept as its JSON and read back field for field. Each model has
+    # an active pointer: the active version and a generation, 0 before the first activation and one
+    # more at each, so that replicas notice a switch by comparing numbers. Bad arguments raise
+    # ValueError before anything is touched (release_record.py has the checks and types).
+    async def release_put(self, record: Release) -> bool:
         """Create release (model, version); False (and nothing changed) if that version exists:
         releases are immutable."""
         ...
 
-    async def release_get(self, model: str, version: str) -> dict[str, Any] | None: ...
+    async def release_get(self, model: str, version: str) -> Release | None: ...
 
-    async def release_list(self, model: str) -> list[dict[str, Any]]:
+    async def release_list(self, model: str) -> list[Release]:
         """Every release of the model, oldest first (by created_at, then version)."""
         ...
 
@@ -301,18 +301,19 @@ class ReleaseStore(Protocol):
         ...
 
     async def release_activate(
-        self, model: str, version: str, expected_generation: int, entry: dict[str, Any]
+        self, model: str, version: str, expected_generation: int, entry: HistoryEntry
     ) -> tuple[bool, int]:
         """Atomically: if the model's generation still equals expected_generation and the release
-        exists, make `version` active, bump the generation, and append `entry` (who, why, from,
-        to, at) to the model's activation history; return (True, new generation). Otherwise change
-        nothing and return (False, current generation). Concurrent activations: exactly one wins.
+        exists, make `version` active, bump the generation, and append `entry` (with the new
+        generation in place of its own) to the model's activation history; return (True, new
+        generation). Otherwise change nothing and return (False, current generation). Concurrent
+        activations: exactly one wins.
         The history keeps the newest release_record.HISTORY_CAP entries per model."""
         ...
 
-    async def release_history(self, model: str, limit: int) -> list[dict[str, Any]]:
-        """Activation history entries, newest first, at most `limit` (each as given plus its
-        `generation`)."""
+    async def release_history(self, model: str, limit: int) -> list[HistoryEntry]:
+        """Activation history entries, newest first, at most `limit` (each as given, with the
+        generation it produced)."""
         ...
 
     async def release_generations(self) -> dict[str, int]:
@@ -320,17 +321,15 @@ class ReleaseStore(Protocol):
         one call: replicas poll this to notice a switch or a canary change."""
         ...
 
-    # Each model has one canary slot, shared by replicas: a JSON object (version, share,
-    # started_at, thresholds...) kept byte for byte as set. Setting or clearing it bumps the same
+    # Each model has one canary slot, shared by replicas: a `Canary` (candidate, share, window,
+    # thresholds, steps...) kept as its JSON, byte for byte as set. Setting or clearing it bumps the same
     # generation release_activate does, and release_activate clears it (promoting or rolling back
     # ends a canary).
-    async def release_canary(self, model: str) -> dict[str, Any] | None:
+    async def release_canary(self, model: str) -> Canary | None:
         """The model's running canary (as set), or None."""
         ...
 
-    async def release_set_canary(
-        self, model: str, canary: dict[str, Any] | None, expected_generation: int
-    ) -> tuple[bool, int]:
+    async def release_set_canary(self, model: str, canary: Canary | None, expected_generation: int) -> tuple[bool, int]:
         """Atomically: if the model's generation (the same counter release_activate uses) equals
         expected_generation, set (or, with None, clear) the canary and bump the generation so that
         replicas polling release_generations() notice; return (True, new generation). Otherwise

@@ -13,7 +13,7 @@ import sqlite3
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from gateway.errors import StoreUnavailable
 from gateway.settings import EmbeddedStoreSettings
@@ -33,6 +33,7 @@ from gateway.store.base import (
     SessionCheckpoint,
 )
 from gateway.store.memory_quota import MemoryQuotas
+from gateway.store.release_record import Canary, HistoryEntry, Release
 from gateway.store.session_batch import check_events, check_ttl
 from gateway.store.session_record import SessionState
 from gateway.store.sqlite_db import SqliteDb
@@ -188,26 +189,26 @@ class EmbeddedStore:
         return await self._run(lambda db: approvals.redeem(db, tenant, approval_id, now))
 
     # --- releases -------------------------------------------------------------------------
-    async def release_put(self, record: dict[str, Any]) -> bool:
+    async def release_put(self, record: Release) -> bool:
         new = release_record.check_put(record)
         return await self._run(lambda db: releases.put(db, new))
 
-    async def release_get(self, model: str, version: str) -> dict[str, Any] | None:
+    async def release_get(self, model: str, version: str) -> Release | None:
         return await self._run(lambda db: releases.get(db, model, version))
 
-    async def release_list(self, model: str) -> list[dict[str, Any]]:
+    async def release_list(self, model: str) -> list[Release]:
         return await self._run(lambda db: releases.list_releases(db, model))
 
     async def release_active(self, model: str) -> tuple[str | None, int]:
         return await self._run(lambda db: releases.active(db, model))
 
     async def release_activate(
-        self, model: str, version: str, expected_generation: int, entry: dict[str, Any]
+        self, model: str, version: str, expected_generation: int, entry: HistoryEntry
     ) -> tuple[bool, int]:
         blob = release_record.check_activation(model, version, expected_generation, entry)
         return await self._run(lambda db: releases.activate(db, model, version, expected_generation, blob))
 
-    async def release_history(self, model: str, limit: int) -> list[dict[str, Any]]:
+    async def release_history(self, model: str, limit: int) -> list[HistoryEntry]:
         if limit <= 0:
             return []
         return await self._run(lambda db: releases.history(db, model, limit))
@@ -215,12 +216,10 @@ class EmbeddedStore:
     async def release_generations(self) -> dict[str, int]:
         return await self._run(releases.generations)
 
-    async def release_canary(self, model: str) -> dict[str, Any] | None:
+    async def release_canary(self, model: str) -> Canary | None:
         return await self._run(lambda db: releases.canary(db, model))
 
-    async def release_set_canary(
-        self, model: str, canary: dict[str, Any] | None, expected_generation: int
-    ) -> tuple[bool, int]:
+    async def release_set_canary(self, model: str, canary: Canary | None, expected_generation: int) -> tuple[bool, int]:
         blob = release_record.check_canary(model, canary, expected_generation)
         return await self._run(lambda db: releases.set_canary(db, model, blob, expected_generation))
 

@@ -43,3 +43,17 @@ def without_none(values: dict[str, Any], names: tuple[str, ...]) -> dict[str, An
     """`values` but the optional fields among `names` that are not set: they are absent from the
     stored JSON rather than null, as before records were typed."""
     return {k: v for k, v in values.items() if not (v is None and k in names)}
+
+
+def integer(raw: dict[str, Any], name: str, what: str, default: int | None = None) -> int:
+    value = raw.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{what}'s {name} must be an integer, not {value!r}")
+    return value
+
+
+def names(raw: dict[str, Any], name: str, what: str) -> tuple[str, ...]:
+    value = raw.get(name)
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"{what}'s {name} must be a list of names, not {value!r}")
+    return tuple(value)

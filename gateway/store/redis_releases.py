@@ -5,13 +5,10 @@ byte as encoded here: no script re-encodes JSON (cjson would round floats and tu
 
 from __future__ import annotations
 
-from typing import Any
-
-import orjson
-
 from gateway.store import keys
 from gateway.store import release_record as releases
 from gateway.store.redis_common import Client, script, unavailable
+from gateway.store.release_record import Canary, HistoryEntry, Release
 
 
 def _text(raw: bytes | str) -> str:
@@ -28,7 +25,7 @@ class RedisReleases:
         self._activate = script(redis, "release_activate")
         self._set_canary = script(redis, "release_set_canary")
 
-    async def put(self, record: dict[str, Any]) -> bool:
+    async def put(self, record: Release) -> bool:
         new = releases.check_put(record)
         names = [self._keys.records, keys.release_versions(self._prefix, new.model)]
         args: list[str | bytes] = [
@@ -40,18 +37,18 @@ class RedisReleases:
         with unavailable("release_put"):
             return bool(await self._put(keys=names, args=args))
 
-    async def get(self, model: str, version: str) -> dict[str, Any] | None:
+    async def get(self, model: str, version: str) -> Release | None:
         with unavailable("release_get"):
             raw = await self._redis.hget(self._keys.records, keys.release_member(model, version))
-        return None if raw is None else orjson.loads(raw)
+        return None if raw is None else Release.from_json(raw)
 
-    async def list_releases(self, model: str) -> list[dict[str, Any]]:
+    async def list_releases(self, model: str) -> list[Release]:
         names = [self._keys.records, keys.release_versions(self._prefix, model)]
         # The member of (model, version) is the model's part, a colon, then the encoded version.
         member_prefix = keys.release_member(model, "")
         with unavailable("release_list"):
             raw = await self._list(keys=names, args=[member_prefix])
-        return [orjson.loads(record) for record in raw]
+        return [Release.from_json(record) for record in raw]
 
     async def active(self, model: str) -> tuple[str | None, int]:
         with unavailable("release_active"):
@@ -62,7 +59,7 @@ class RedisReleases:
         return (None if version is None else _text(version)), int(generation or 0)
 
     async def activate(
-        self, model: str, version: str, expected_generation: int, entry: dict[str, Any]
+        self, model: str, version: str, expected_generation: int, entry: HistoryEntry
     ) -> tuple[bool, int]:
         blob = releases.check_activation(model, version, expected_generation, entry)
         names = [
@@ -84,24 +81,24 @@ class RedisReleases:
             won, generation = await self._activate(keys=names, args=args)
         return bool(won), int(generation)
 
-    async def history(self, model: str, limit: int) -> list[dict[str, Any]]:
+    async def history(self, model: str, limit: int) -> list[HistoryEntry]:
         if limit <= 0:
             return []
         with unavailable("release_history"):
             raw = await self._redis.lrange(keys.release_history(self._prefix, model), 0, limit - 1)
-        return [orjson.loads(entry) for entry in raw]
+        return [HistoryEntry.from_json(entry) for entry in raw]
 
     async def generations(self) -> dict[str, int]:
         with unavailable("release_generations"):
             raw = await self._redis.hgetall(self._keys.generations)
         return {_text(model): int(generation) for model, generation in raw.items()}
 
-    async def canary(self, model: str) -> dict[str, Any] | None:
+    async def canary(self, model: str) -> Canary | None:
         with unavailable("release_canary"):
             raw = await self._redis.hget(self._keys.canaries, model)
-        return None if raw is None else orjson.loads(raw)
+        return None if raw is None else Canary.from_json(raw)
 
-    async def set_canary(self, model: str, canary: dict[str, Any] | None, expected_generation: int) -> tuple[bool, int]:
+    async def set_canary(self, model: str, canary: Canary | None, expected_generation: int) -> tuple[bool, int]:
         blob = releases.check_canary(model, canary, expected_generation)
         names = [self._keys.generations, self._keys.canaries]
         args: list[str | int | bytes] = [model, expected_generation, "0" if blob is None else "1", blob or b""]

@@ -38,6 +38,7 @@ from gateway.store.redis_approvals import RedisApprovals
 from gateway.store.redis_common import Client, ClusterClient, script, unavailable
 from gateway.store.redis_releases import RedisReleases
 from gateway.store.redis_sessions import RedisSessions
+from gateway.store.release_record import Canary, HistoryEntry, Release
 from gateway.store.session_record import SessionState
 
 MAX_CONNECTIONS = 32  # Redis runs one command at a time: more mostly adds connect storms
@@ -273,35 +274,33 @@ class RedisStore:
         return await self._approvals.redeem(tenant, approval_id)
 
     # --- releases -------------------------------------------------------------------------
-    async def release_put(self, record: dict[str, Any]) -> bool:
+    async def release_put(self, record: Release) -> bool:
         return await self._releases.put(record)
 
-    async def release_get(self, model: str, version: str) -> dict[str, Any] | None:
+    async def release_get(self, model: str, version: str) -> Release | None:
         return await self._releases.get(model, version)
 
-    async def release_list(self, model: str) -> list[dict[str, Any]]:
+    async def release_list(self, model: str) -> list[Release]:
         return await self._releases.list_releases(model)
 
     async def release_active(self, model: str) -> tuple[str | None, int]:
         return await self._releases.active(model)
 
     async def release_activate(
-        self, model: str, version: str, expected_generation: int, entry: dict[str, Any]
+        self, model: str, version: str, expected_generation: int, entry: HistoryEntry
     ) -> tuple[bool, int]:
         return await self._releases.activate(model, version, expected_generation, entry)
 
-    async def release_history(self, model: str, limit: int) -> list[dict[str, Any]]:
+    async def release_history(self, model: str, limit: int) -> list[HistoryEntry]:
         return await self._releases.history(model, limit)
 
     async def release_generations(self) -> dict[str, int]:
         return await self._releases.generations()
 
-    async def release_canary(self, model: str) -> dict[str, Any] | None:
+    async def release_canary(self, model: str) -> Canary | None:
         return await self._releases.canary(model)
 
-    async def release_set_canary(
-        self, model: str, canary: dict[str, Any] | None, expected_generation: int
-    ) -> tuple[bool, int]:
+    async def release_set_canary(self, model: str, canary: Canary | None, expected_generation: int) -> tuple[bool, int]:
         return await self._releases.set_canary(model, canary, expected_generation)
 
     # --- lifecycle ------------------------------------------------------------------------

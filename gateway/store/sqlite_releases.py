@@ -15,11 +15,8 @@ Every function here is one statement or one transaction.
 from __future__ import annotations
 
 import sqlite3
-from typing import Any
 
-import orjson
-
-from gateway.store.release_record import HISTORY_CAP, NewRelease
+from gateway.store.release_record import HISTORY_CAP, Canary, HistoryEntry, NewRelease, Release
 from gateway.store.sqlite_tx import transaction
 
 SCHEMA = """
@@ -72,14 +69,14 @@ def put(db: sqlite3.Connection, new: NewRelease) -> bool:
     return cursor.rowcount == 1
 
 
-def get(db: sqlite3.Connection, model: str, version: str) -> dict[str, Any] | None:
+def get(db: sqlite3.Connection, model: str, version: str) -> Release | None:
     row = db.execute("SELECT record FROM releases WHERE model = ? AND version = ?", (model, version)).fetchone()
-    return None if row is None else orjson.loads(row[0])
+    return None if row is None else Release.from_json(row[0])
 
 
-def list_releases(db: sqlite3.Connection, model: str) -> list[dict[str, Any]]:
+def list_releases(db: sqlite3.Connection, model: str) -> list[Release]:
     rows = db.execute("SELECT record FROM releases WHERE model = ? ORDER BY created_at, version", (model,))
-    return [orjson.loads(row[0]) for row in rows.fetchall()]
+    return [Release.from_json(row[0]) for row in rows.fetchall()]
 
 
 def active(db: sqlite3.Connection, model: str) -> tuple[str | None, int]:
@@ -111,20 +108,20 @@ def activate(db: sqlite3.Connection, model: str, version: str, expected: int, en
     return True, generation
 
 
-def history(db: sqlite3.Connection, model: str, limit: int) -> list[dict[str, Any]]:
+def history(db: sqlite3.Connection, model: str, limit: int) -> list[HistoryEntry]:
     rows = db.execute(
         "SELECT entry FROM release_history WHERE model = ? ORDER BY generation DESC LIMIT ?", (model, limit)
     )
-    return [orjson.loads(row[0]) for row in rows.fetchall()]
+    return [HistoryEntry.from_json(row[0]) for row in rows.fetchall()]
 
 
 def generations(db: sqlite3.Connection) -> dict[str, int]:
     return {str(model): int(gen) for model, gen in db.execute("SELECT model, generation FROM release_active")}
 
 
-def canary(db: sqlite3.Connection, model: str) -> dict[str, Any] | None:
+def canary(db: sqlite3.Connection, model: str) -> Canary | None:
     row = db.execute("SELECT canary FROM release_canary WHERE model = ?", (model,)).fetchone()
-    return None if row is None else orjson.loads(row[0])
+    return None if row is None else Canary.from_json(row[0])
 
 
 def set_canary(db: sqlite3.Connection, model: str, blob: bytes | None, expected: int) -> tuple[bool, int]:

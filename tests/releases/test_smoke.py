@@ -4,6 +4,7 @@ and its refusal names the real reason."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from gateway.releases.candidate_listener import serve_once
 from gateway.releases.smoke import run_smoke, smoke_command, smoke_verdict
 from gateway.sim.app import create_sim_app
 from gateway.sim.profile import SimProfile
+from gateway.store.release_record import SmokePin
 from replay.metrics import Slo, summarize
 from replay.record import RequestRecord
 from replay.report import result_document
@@ -71,9 +73,9 @@ def sim() -> Iterator[str]:
         yield url
 
 
-def smoke(tmp_path: Path, **fields: Any) -> dict[str, Any]:
+def smoke(tmp_path: Path, slo_ttft_ms: float | None = None) -> SmokePin:
     samples = write_jsonl(tmp_path / "smoke.jsonl", [chat_body(n) for n in range(4)])
-    return {"samples": str(samples), "count": 4, "min_goodput": 1.0, **fields}
+    return SmokePin(samples=str(samples), count=4, slo_ttft_ms=slo_ttft_ms, min_goodput=1.0)
 
 
 def test_the_smoke_run_against_a_real_server_passes_and_refuses_for_the_real_reason(sim: str, tmp_path: Path) -> None:
@@ -84,8 +86,7 @@ def test_the_smoke_run_against_a_real_server_passes_and_refuses_for_the_real_rea
 
 
 def test_a_smoke_run_that_cannot_start_says_why(tmp_path: Path) -> None:
-    broken = smoke(tmp_path)
-    broken["samples"] = str(tmp_path / "missing.jsonl")
+    broken = dataclasses.replace(smoke(tmp_path), samples=str(tmp_path / "missing.jsonl"))
     refused = asyncio.run(run_smoke(broken, "http://127.0.0.1:9/v1", "", "sim-model"))
     assert refused is not None
     assert refused.startswith("the replay did not run (exit 2)")

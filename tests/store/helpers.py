@@ -10,6 +10,17 @@ from typing import Any
 
 from gateway.store.approval_record import Approval, ExcerptMessage
 from gateway.store.base import AdmitRequest, AdmitResult, AuditHead, AuditRecord, KeyRecord, Limits, QuotaScope, Store
+from gateway.store.release_record import (
+    Canary,
+    CanarySettings,
+    CheckpointPin,
+    EvalSetPin,
+    HistoryEntry,
+    PromptPin,
+    Release,
+    SmokePin,
+    Thresholds,
+)
 
 
 def key_record(key_id: str, tenant: str = "acme", created_at: float = 1000.0, **changes: Any) -> KeyRecord:
@@ -80,3 +91,33 @@ def approval_record(approval_id: str, tenant: str = "acme", requested_at: float 
         wait_deadline=requested_at + 30.0,
     )
     return dataclasses.replace(record, **changes)
+
+
+def release(version: str, model: str = "m1", created_at: float = 1000.0, **changes: Any) -> Release:
+    """A release as the gateway builds one, every pin set, with values that must round-trip exactly
+    (a float that is not short in binary, an integer beyond 2**53, non-ASCII text)."""
+    record = Release(
+        model=model,
+        version=version,
+        deployments=("d1", "d:2"),
+        checkpoint=CheckpointPin("ft@1200", "/registry/ft/step-1200", "ab" * 32),
+        prompt=PromptPin("p1", "You are é/日本", "cd" * 32),
+        eval_set=EvalSetPin("qa", "3", "ef" * 32, "/sets/qa.yaml", '{"cases": [], "big": 9007199254740993}'),
+        thresholds=Thresholds(min_pass_rate=0.1 + 0.2),
+        smoke=SmokePin("/samples/smoke.jsonl", 10, slo_ttft_ms=250.0, slo_tpot_ms=None, min_goodput=0.95),
+        notes="",
+        author="alice",
+        created_at=created_at,
+    )
+    return dataclasses.replace(record, **changes)
+
+
+def entry(by: str = "alice", to: str = "v1", frm: str | None = None) -> HistoryEntry:
+    """An activation history entry as given to release_activate (the store sets its generation)."""
+    return HistoryEntry("release.promote", frm, to, by, "rollout", at=1234.5)
+
+
+def canary(version: str = "v2", share: float = 0.05) -> Canary:
+    """A stepped canary as the gateway sets one, with values that must round-trip exactly."""
+    settings = CanarySettings(share, 0.1 + 0.2, 0.05, 1.5, min_requests=2**53 + 1, steps=(share, 0.25, 1.0))
+    return Canary(settings, version, "v1", started_at=1700000000.125, by="é/日本", step=0, step_started_at=1.5)

@@ -4,17 +4,21 @@ file shared with another process."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import sys
 import textwrap
 from pathlib import Path
 
+import orjson
 import pytest
 
 from gateway.errors import StoreUnavailable
 from gateway.settings import EmbeddedStoreSettings
 from gateway.store.base import WINDOW_S, AuditHead, Limits, QuotaScope
-from gateway.store.embedded import EmbeddedStore
+from gateway.store.embedded import DB_FILE, EmbeddedStore
+from gateway.store.release_record import Canary, HistoryEntry, Release
 from tests.store.helpers import admit_request, chained, key_record, key_scope
+from tests.store.test_release_record import OLDEST_RELEASE, STORED_CANARY, STORED_ENTRY
 
 MIDNIGHT = 20_000 * 86_400.0  # a UTC midnight
 
@@ -170,3 +174,20 @@ async def test_a_closed_store_raises_store_unavailable(store: EmbeddedStore) -> 
     await store.aclose()
     with pytest.raises(StoreUnavailable):
         await store.audit_head()
+
+
+async def test_releases_canaries_and_history_written_before_records_were_typed_read_back(tmp_path: Path) -> None:
+    store = EmbeddedStore(EmbeddedStoreSettings(path=tmp_path / "data"))
+    assert await store.release_generations() == {}  # the schema exists
+    with sqlite3.connect(tmp_path / "data" / DB_FILE) as db:
+        db.execute("INSERT INTO releases VALUES ('m1', 'v2', 1.0, ?)", (orjson.dumps(OLDEST_RELEASE),))
+        db.execute("INSERT INTO release_canary VALUES ('m1', ?)", (orjson.dumps(STORED_CANARY),))
+        db.execute("INSERT INTO release_history VALUES ('m1', 1, ?)", (orjson.dumps(STORED_ENTRY),))
+    db.close()
+    try:
+        assert await store.release_get("m1", "v2") == Release.from_dict(OLDEST_RELEASE)
+        assert await store.release_list("m1") == [Release.from_dict(OLDEST_RELEASE)]
+        assert await store.release_canary("m1") == Canary.from_dict(STORED_CANARY)
+        assert await store.release_history("m1", 10) == [HistoryEntry.from_dict(STORED_ENTRY)]
+    finally:
+        await store.aclose()

@@ -21,7 +21,7 @@ from gateway.store.approval_record import Decision
 from gateway.store.base import AuditHead, Reservation, SessionCheckpoint
 from gateway.store.redis_store import RedisStore
 from gateway.store.session_record import SessionState
-from tests.store.helpers import admit_request, approval_record, chained, key_record, key_scope
+from tests.store.helpers import admit_request, approval_record, canary, chained, entry, key_record, key_scope, release
 
 Call = Callable[[RedisStore], Awaitable[object]]
 
@@ -54,15 +54,15 @@ EVERY_CALL: dict[str, Call] = {
     "approval_decide": lambda s: s.approval_decide("acme", "a1", Decision("approved", decided_by="alice")),
     "approval_list(all)": lambda s: s.approval_list(None, None, 10),
     "approval_list(tenant)": lambda s: s.approval_list("acme", "pending", 10),
-    "release_put": lambda s: s.release_put({"model": "m1", "version": "v1", "created_at": 1.0}),
+    "release_put": lambda s: s.release_put(release("v1")),
     "release_get": lambda s: s.release_get("m1", "v1"),
     "release_list": lambda s: s.release_list("m1"),
     "release_active": lambda s: s.release_active("m1"),
-    "release_activate": lambda s: s.release_activate("m1", "v1", 0, {"who": "alice", "to": "v1"}),
+    "release_activate": lambda s: s.release_activate("m1", "v1", 0, entry()),
     "release_history": lambda s: s.release_history("m1", 10),
     "release_generations": lambda s: s.release_generations(),
     "release_canary": lambda s: s.release_canary("m1"),
-    "release_set_canary": lambda s: s.release_set_canary("m1", {"version": "v2", "share": 0.1}, 0),
+    "release_set_canary": lambda s: s.release_set_canary("m1", canary(), 0),
 }
 
 

@@ -4,34 +4,21 @@ conftest.backing)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 import pytest
 
 from gateway.store import release_record, sqlite_releases
 from gateway.store.base import Store
+from gateway.store.release_record import HistoryEntry
 from tests.store.conftest import Backing
+from tests.store.helpers import canary, entry, release
 
 
-def release(version: str, model: str = "m1", created_at: float = 1000.0, **changes: Any) -> dict[str, Any]:
-    """A release as the gateway builds one, with fields of every JSON kind that must round-trip."""
-    return {
-        "model": model,
-        "version": version,
-        "created_at": created_at,
-        "checkpoint": "s3://ckpt/abc",
-        "deployments": [{"backend": "vllm", "weight": 0.5}, {"backend": "openai", "weight": 0.5}],
-        "prompt": "You are é/日本",
-        "eval_set": None,
-        "thresholds": {"accuracy": 0.1 + 0.2, "big": 2**53 + 1, "empty": {}, "list": []},
-        "notes": "",
-        "author": "alice",
-        **changes,
-    }
-
-
-def entry(who: str = "alice", to: str = "v1", frm: str | None = None) -> dict[str, Any]:
-    return {"who": who, "why": "rollout", "from": frm, "to": to, "at": 1234.5}
+def stored(given: HistoryEntry, generation: int) -> HistoryEntry:
+    """The entry as the history reads it back: as given, with the generation it produced."""
+    return dataclasses.replace(given, generation=generation)
 
 
 # --- put, get, list -----------------------------------------------------------------------
@@ -48,7 +35,7 @@ async def test_a_put_release_reads_back_field_for_field(store: Store) -> None:
 async def test_releases_are_immutable(store: Store) -> None:
     record = release("v1")
     assert await store.release_put(record)
-    assert await store.release_put({**record, "checkpoint": "other", "created_at": 1.0}) is False
+    assert await store.release_put(dataclasses.replace(record, notes="other", created_at=1.0)) is False
     assert await store.release_get("m1", "v1") == record
     assert await store.release_list("m1") == [record]
 
@@ -78,18 +65,18 @@ async def test_models_and_versions_cannot_run_into_each_other(store: Store) -> N
 @pytest.mark.parametrize(
     "bad",
     [
-        {"version": "v1", "created_at": 1.0},
-        {"model": "", "version": "v1", "created_at": 1.0},
-        {"model": "m1", "version": 3, "created_at": 1.0},
-        {"model": "m1", "version": "v1"},
-        {"model": "m1", "version": "v1", "created_at": True},
-        {"model": "m1", "version": "v1", "created_at": float("nan")},
-        {"model": "m1", "version": "v1", "created_at": 1.0, "x": object()},
+        {"model": None},
+        {"model": ""},
+        {"version": 3},
+        {"created_at": None},
+        {"created_at": True},
+        {"created_at": float("nan")},
+        {"notes": object()},
     ],
 )
 async def test_a_bad_release_is_refused_before_anything_is_written(store: Store, bad: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match=r"release|generation"):
-        await store.release_put(bad)
+        await store.release_put(dataclasses.replace(release("v1"), **bad))
     assert await store.release_list("m1") == []
 
 
@@ -132,7 +119,7 @@ async def test_activating_an_unknown_release_changes_nothing(store: Store) -> No
     assert await store.release_activate("m1", "v1", 0, entry()) == (True, 1)
     assert await store.release_activate("m1", "nope", 1, entry(to="nope")) == (False, 1)
     assert await store.release_active("m1") == ("v1", 1)
-    assert await store.release_history("m1", 10) == [{**entry(), "generation": 1}]
+    assert await store.release_history("m1", 10) == [stored(entry(), 1)]
     assert await store.release_generations() == {"m1": 1}
 
 
@@ -140,14 +127,12 @@ async def test_of_concurrent_activations_exactly_one_wins(store: Store) -> None:
     versions = [f"v{i}" for i in range(20)]
     for version in versions:
         await store.release_put(release(version))
-    calls = [store.release_activate("m1", v, 0, entry(who=f"u{i}", to=v)) for i, v in enumerate(versions)]
+    calls = [store.release_activate("m1", v, 0, entry(by=f"u{i}", to=v)) for i, v in enumerate(versions)]
     results = await asyncio.gather(*calls)
     assert sorted(results) == [(False, 1)] * 19 + [(True, 1)]
     winner = versions[results.index((True, 1))]
     assert await store.release_active("m1") == (winner, 1)
-    assert await store.release_history("m1", 100) == [
-        {**entry(who=f"u{versions.index(winner)}", to=winner), "generation": 1}
-    ]
+    assert await store.release_history("m1", 100) == [stored(entry(by=f"u{versions.index(winner)}", to=winner), 1)]
 
 
 async def test_of_activations_from_two_clients_exactly_one_wins(backing: Backing, store: Store) -> None:
@@ -170,7 +155,7 @@ async def test_history_is_newest_first_with_generations(store: Store) -> None:
     steps = [("v1", None), ("v2", "v1"), ("v3", "v2"), ("v1", "v3")]
     for generation, (to, frm) in enumerate(steps):
         assert await store.release_activate("m1", to, generation, entry(to=to, frm=frm)) == (True, generation + 1)
-    expected = [{**entry(to=to, frm=frm), "generation": g + 1} for g, (to, frm) in enumerate(steps)][::-1]
+    expected = [stored(entry(to=to, frm=frm), g + 1) for g, (to, frm) in enumerate(steps)][::-1]
     assert await store.release_history("m1", 10) == expected
     assert await store.release_history("m1", 2) == expected[:2]
     assert await store.release_history("m1", 0) == []
@@ -194,7 +179,7 @@ async def test_a_bad_activation_is_refused_before_anything_is_written(store: Sto
     with pytest.raises(ValueError, match=r"release|generation"):
         await store.release_activate("m1", "v1", expected, entry())
     with pytest.raises(ValueError, match=r"release|generation"):
-        await store.release_activate("m1", "v1", 0, {"bad": object()})
+        await store.release_activate("m1", "v1", 0, dataclasses.replace(entry(), reason=object()))
     assert await store.release_active("m1") == (None, 0)
 
 
@@ -206,24 +191,10 @@ async def test_history_keeps_only_the_newest_entries(store: Store, monkeypatch: 
     for generation in range(5):
         to = ("v1", "v2")[generation % 2]
         assert await store.release_activate("m1", to, generation, entry(to=to)) == (True, generation + 1)
-    assert [e["generation"] for e in await store.release_history("m1", 10)] == [5, 4, 3]
+    assert [e.generation for e in await store.release_history("m1", 10)] == [5, 4, 3]
 
 
 # --- canary -------------------------------------------------------------------------------
-
-
-def canary(version: str = "v2", share: float = 0.05) -> dict[str, Any]:
-    """A canary as the gateway sets one, with fields of every JSON kind that must round-trip."""
-    return {
-        "version": version,
-        "share": share,
-        "started_at": 1700000000.125,
-        "thresholds": {"error_rate": 0.1 + 0.2, "p99_ms": 2**53 + 1, "empty": {}, "list": []},
-        "by": "alice",
-        "note": "é/日本",
-        "previous": None,
-        "steps": [0.01, 0.05, 0.25],
-    }
 
 
 async def test_no_canary_before_one_is_set(store: Store) -> None:
@@ -243,7 +214,7 @@ async def test_a_canary_reads_back_exactly_as_set_and_bumps_the_generation(store
     assert await store.release_canary("m1") == canary(share=0.25)
     assert await store.release_active("m1") == ("v1", 3)
     # Canaries are not activations.
-    assert await store.release_history("m1", 10) == [{**entry(), "generation": 1}]
+    assert await store.release_history("m1", 10) == [stored(entry(), 1)]
 
 
 async def test_clearing_a_canary_with_none_bumps_the_generation(store: Store) -> None:
@@ -268,7 +239,7 @@ async def test_a_canary_before_any_activation_starts_the_generation(store: Store
     assert await store.release_activate("m1", "v1", 0, entry()) == (False, 1)
     assert await store.release_activate("m1", "v1", 1, entry()) == (True, 2)
     assert await store.release_active("m1") == ("v1", 2)
-    assert await store.release_history("m1", 10) == [{**entry(), "generation": 2}]
+    assert await store.release_history("m1", 10) == [stored(entry(), 2)]
 
 
 async def test_a_canary_with_a_stale_generation_changes_nothing(store: Store) -> None:
@@ -338,7 +309,7 @@ async def test_of_canary_sets_from_two_clients_exactly_one_wins(backing: Backing
         ("m1", canary(), True),
         ("m1", canary(), 1.0),
         ("m1", ["not", "an", "object"], 0),
-        ("m1", {"bad": object()}, 0),
+        ("m1", dataclasses.replace(canary(), by=object()), 0),
     ],
 )
 async def test_a_bad_canary_is_refused_before_anything_is_written(
