@@ -17,8 +17,8 @@ from typing import IO, Any
 import httpx
 import yaml
 
+from common.processes import Announced, start_announcing
 from gateway.auth import new_secret
-from gateway.cli.processes import Announced, start_announcing
 
 FAST_SIM = ["--ttft-ms", "5", "--tpot-ms", "1", "--jitter", "0"]
 

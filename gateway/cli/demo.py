@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from common.processes import Announced, ProcessStartError, start_announcing
 from gateway.cli.demo_releases import prepare_releases, releases_settings
-from gateway.cli.processes import Announced, ProcessStartError, start_announcing
 from gateway.cli.serve import LOG_LEVELS
 
 if TYPE_CHECKING:  # imported when the demo runs, not for `gateway demo --help`

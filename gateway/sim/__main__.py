@@ -1,7 +1,7 @@
 """`python -m gateway.sim` runs the sim command without the rest of the CLI."""
 
 if __name__ == "__main__":
-    from gateway.cli.processes import exit_with_parent
+    from common.processes import exit_with_parent
 
     exit_with_parent()  # first: a parent that died meanwhile ends us before we bind a port
 

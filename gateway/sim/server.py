@@ -13,7 +13,7 @@ import sys
 
 import uvicorn
 
-from gateway.graceful import GracefulServer
+from common.graceful import GracefulServer
 from gateway.sim.app import create_sim_app
 from gateway.sim.profile import SimProfile, load_profile
 from gateway.sim.respond import SimulatedCut

@@ -23,9 +23,9 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from common.processes import Announced
 from gateway.auth import new_secret
 from gateway.cli.main import cli
-from gateway.cli.processes import Announced
 from gateway.releases.checkpoints import CheckpointRegistry
 from tests.procs import (
     WEATHER_POLICY,
