@@ -24,7 +24,7 @@ FAST_SIM = ["--ttft-ms", "5", "--tpot-ms", "1", "--jitter", "0"]
 
 
 def start_sim(*extra: str, port: int = 0) -> Announced:
-    return start_announcing(["gateway.sim", "--port", str(port), *FAST_SIM, *extra])
+    return start_announcing(["sim", "--port", str(port), *FAST_SIM, *extra])
 
 
 def set_faults(sim: Announced, **faults: Any) -> None:

@@ -141,7 +141,7 @@ def _start_sims(ports: list[str], started: list[Announced]) -> None:
                 except OSError:
                     raise port_in_use("127.0.0.1", int(port), "--sim-ports", "0,0") from None
         try:
-            started.append(start_announcing(["gateway.sim", "--host", "127.0.0.1", "--port", port]))
+            started.append(start_announcing(["sim", "--host", "127.0.0.1", "--port", port]))
         except ProcessStartError as error:
             raise click.ClickException(f"a simulated backend did not start: {error}") from None
         click.echo(f"simulated backend on {started[-1].url}")
