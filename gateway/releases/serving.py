@@ -17,13 +17,13 @@ from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
+from checkpoints.registry import verify
 from gateway.backends.base import Chunk
 from gateway.errors import GatewayError, PermissionDenied
 from gateway.pipeline import Handler, RequestContext
 from gateway.principal import Scope
 from gateway.releases.canary import Outcome
 from gateway.releases.candidate_path import RELEASE_HEADER
-from gateway.releases.checkpoints import verify
 from gateway.releases.service import ActiveReleases, ReleaseService
 from gateway.store.base import ReleaseStore
 

@@ -23,10 +23,10 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from checkpoints.registry import CheckpointRegistry
 from common.processes import Announced
 from gateway.auth import new_secret
 from gateway.cli.main import cli
-from gateway.releases.checkpoints import CheckpointRegistry
 from tests.procs import (
     WEATHER_POLICY,
     Gateway,
