@@ -91,7 +91,9 @@ def _tail(output: Path) -> str:
 async def _load_lora(deployment: DeploymentSettings, hook: LoadHook, checkpoint_path: str | None) -> str | None:
     if checkpoint_path is None:
         return f"deployment {deployment.name}: a lora load hook needs a release with a checkpoint"
-    body = {"lora_name": hook.lora_name or deployment.model, "lora_path": checkpoint_path}
+    # In place: clients address the adapter by its name, so the release's weights replace whatever
+    # the name holds (vLLM refuses a loaded name otherwise: "has already been loaded").
+    body = {"lora_name": hook.lora_name or deployment.model, "lora_path": checkpoint_path, "load_inplace": True}
     headers = {"Authorization": f"Bearer {deployment.api_key}"} if deployment.api_key else {}
     try:
         async with httpx.AsyncClient(timeout=hook.timeout_s) as client:

@@ -22,7 +22,7 @@ from gateway.principal import Principal
 from gateway.releases.candidate_listener import serve_once
 from gateway.releases.candidate_path import BASE_URL as CANDIDATE_BASE_URL
 from gateway.releases.load_hooks import bring_up as bring_up_deployment
-from gateway.releases.served import mismatches, served_roots
+from gateway.releases.served import adapter_to_load, mismatches, served_roots
 from gateway.releases.smoke import run_smoke
 
 if TYPE_CHECKING:
@@ -94,24 +94,25 @@ class PreflightChecks:
         chosen = [d for d in group.deployments if d.name in record["deployments"]]
         results = await asyncio.gather(*(self._health.probe(d) for d in chosen))
         problems = []
+        pinned = (record.get("checkpoint") or {}).get("path")
         for deployment, ok in zip(chosen, results, strict=True):
             hook = deployment.settings.load_hook
-            if ok:
+            if ok and not (bring_up and await adapter_to_load(deployment.settings, pinned)):
                 continue
             if not (bring_up and hook):
                 problems.append(f"deployment {deployment.name} is not healthy")
                 continue
             if not self.run_load_hooks:
+                state = "is not healthy" if not ok else "does not serve the release's adapter"
                 problems.append(
-                    f"deployment {deployment.name} is not healthy and its load hook runs only in the gateway:"
+                    f"deployment {deployment.name} {state} and its load hook runs only in the gateway:"
                     " roll back through the gateway (gateway releases rollback --gateway URL, or the admin API)"
                 )
                 continue
-            checkpoint = (record.get("checkpoint") or {}).get("path")
             problem = await bring_up_deployment(
                 deployment.settings,
                 hook,
-                checkpoint,
+                pinned,
                 functools.partial(self._health.probe, deployment),
                 self.hook_processes,
             )

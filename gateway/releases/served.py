@@ -44,6 +44,18 @@ async def served_root(deployment: DeploymentSettings) -> str | None:
     return None
 
 
+async def adapter_to_load(deployment: DeploymentSettings, pinned: str | None) -> bool:
+    """True when a LoRA deployment's server does not serve the pinned adapter under its name.
+
+    A healthy engine says nothing about which adapter it holds: rolling back on one engine means
+    loading the old adapter into a server that is up, so the load hook must run for this too."""
+    hook = deployment.load_hook
+    if pinned is None or hook is None or hook.kind is not LoadHookKind.LORA:
+        return False
+    root = await served_root(deployment)
+    return root is None or not same_checkpoint(root, pinned)
+
+
 async def served_roots(deployments: Sequence[DeploymentSettings]) -> dict[str, str | None]:
     roots = await asyncio.gather(*(served_root(d) for d in deployments))
     return {d.name: root for d, root in zip(deployments, roots, strict=True)}

@@ -4,6 +4,8 @@ descriptors, and its output in a file the gateway's log names."""
 from __future__ import annotations
 
 import asyncio
+import functools
+import json
 import logging
 import os
 import re
@@ -12,8 +14,10 @@ import socket
 import subprocess
 from pathlib import Path
 
+import httpx
 import pytest
 
+from gateway.releases import load_hooks
 from gateway.releases.load_hooks import bring_up
 from gateway.settings import DeploymentSettings, LoadHook, LoadHookKind
 
@@ -49,3 +53,28 @@ def test_a_command_hook_gets_its_own_session_no_inherited_socket_and_its_output_
         for process in started:
             os.kill(process.pid, signal.SIGKILL)
             process.wait(10)
+
+
+def test_a_lora_hook_loads_the_release_adapter_in_place_under_the_deployment_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """vLLM refuses a name it holds unless asked to load in place; the name is what clients address."""
+    sent: list[httpx.Request] = []
+
+    def vllm(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(200, text="Success")
+
+    transport = httpx.MockTransport(vllm)
+    monkeypatch.setattr(load_hooks.httpx, "AsyncClient", functools.partial(httpx.AsyncClient, transport=transport))
+    hook = LoadHook(kind=LoadHookKind.LORA, lora_name="tiny-ft", timeout_s=5)
+    deployment = DeploymentSettings(name="ft", api_base="http://127.0.0.1:9/v1", model="tiny-ft", load_hook=hook)
+
+    async def healthy() -> bool:
+        return True
+
+    assert asyncio.run(bring_up(deployment, hook, "/r/tiny-lora/step-1", healthy, [])) is None
+    (request,) = sent
+    assert request.url.path == "/v1/load_lora_adapter"
+    body = json.loads(request.content)
+    assert body == {"lora_name": "tiny-ft", "lora_path": "/r/tiny-lora/step-1", "load_inplace": True}

@@ -35,6 +35,13 @@ def vllm_gateway_config(*deployments: dict[str, Any], **sections: Any) -> dict[s
     return {"routing": routing, "models": [{"name": MODEL, "deployments": list(deployments)}], **sections}
 
 
+def admin(gateway: Gateway, path: str, body: dict[str, Any]) -> httpx.Response:
+    """POST to the release admin API of the test model (`releases`, `promote`, `rollback`)."""
+    return httpx.post(
+        f"{gateway.url}/admin/models/{MODEL}/{path}", json=body, headers=gateway.headers(gateway.admin_key), timeout=120
+    )
+
+
 def chat_body(prompt: str = ZEN_PROMPT, max_tokens: int = 380, **extra: Any) -> dict[str, Any]:
     return {
         "model": MODEL,

@@ -3,9 +3,12 @@ training-side helper and registered, and a pool of vLLM engines started once per
 
 Engines (all started at once, since each start takes a minute or more on a busy machine):
   a, b  checkpoint tiny@200 (v1), with the hermes tool parser: the failover pair
-  c     checkpoint tiny@300 (v2): the other side of the release tests
+  c     checkpoint tiny@300 (v2), with LoRA enabled: the other side of the two-engine release test,
+        and the engine whose adapters the LoRA release test switches (an engine of its own would
+        cost another start)
 A test that kills an engine restarts it (`pool.restart`) without waiting; the next test that
-needs it waits in `pool.ready`.
+needs it waits in `pool.ready`. `AGW_VLLM_ENGINES=c` starts only the engines named up front (one
+test on a shared machine); `pool.ready` launches any other engine a test asks for.
 """
 
 from __future__ import annotations
@@ -22,10 +25,10 @@ import pytest
 
 from checkpoints.registry import CheckpointRegistry
 from checkpoints.training import save_checkpoint
-from tests.vllm.servers import INSTALL, TOOL_ARGS, VllmServer, launch, tiny_model, vllm_python
+from tests.vllm.servers import INSTALL, LORA_ARGS, TOOL_ARGS, VllmServer, launch, tiny_model, vllm_python
 
 STEPS = {"v1": 200, "v2": 300}  # the run's step numbers of the two checkpoints
-ENGINES = {"a": ("v1", TOOL_ARGS), "b": ("v1", TOOL_ARGS), "c": ("v2", [])}
+ENGINES = {"a": ("v1", TOOL_ARGS), "b": ("v1", TOOL_ARGS), "c": ("v2", LORA_ARGS)}
 FIGURES = pytest.StashKey[dict[str, Any]]()
 
 
@@ -41,6 +44,7 @@ class Pool:
     servers: dict[str, VllmServer]
     figures: dict[str, Any]
     log_dir: Path
+    paths: dict[str, Path]  # "v1"/"v2" -> the checkpoint directory an engine serves
     restarts: int = 0
     start_s: list[float] = field(default_factory=list)
 
@@ -48,6 +52,8 @@ class Pool:
         """The named engines, healthy (waiting for a start or restart in progress)."""
         ready = []
         for name in names:
+            if name not in self.servers:
+                self.launch(name)
             server = self.servers[name]
             if not server.alive:
                 server = self.restart(name)
@@ -57,6 +63,10 @@ class Pool:
                 self.figures["engine_start_s"] = self.start_s
             ready.append(server)
         return ready
+
+    def launch(self, name: str) -> None:
+        label, args = ENGINES[name]
+        self.servers[name] = launch("tiny", self.paths[label], self.log_dir, list(args))
 
     def restart(self, name: str) -> VllmServer:
         """Launch a killed engine again on its port; `ready` waits for it."""
@@ -117,13 +127,14 @@ def checkpoints(
 @pytest.fixture(scope="session")
 def pool(checkpoints: Checkpoints, tmp_path_factory: pytest.TempPathFactory, figures: dict[str, Any]) -> Iterator[Pool]:
     log_dir = tmp_path_factory.mktemp("vllm-logs")
-    servers: dict[str, VllmServer] = {}
+    up_front = os.environ.get("AGW_VLLM_ENGINES", ",".join(ENGINES)).split(",")
+    pool = Pool({}, figures, log_dir, checkpoints.paths)
     try:
-        for name, (label, args) in ENGINES.items():
-            servers[name] = launch("tiny", checkpoints.paths[label], log_dir, list(args))
-        yield Pool(servers, figures, log_dir)
+        for name in up_front:
+            pool.launch(name)
+        yield pool
     finally:
-        for server in servers.values():
+        for server in pool.servers.values():
             server.stop()
 
 

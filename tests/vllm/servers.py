@@ -43,6 +43,8 @@ BASE_ARGS = [
     "--max-num-seqs", "8",
 ]  # fmt: skip
 TOOL_ARGS = ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
+# Adapters of rank <= 8, two in a batch; the tests load them at run time (load_lora_adapter).
+LORA_ARGS = ["--enable-lora", "--max-lora-rank", "8", "--max-loras", "2"]
 
 
 def vllm_python() -> Path | None:
@@ -180,6 +182,9 @@ def launch(name: str, model_dir: Path, log_dir: Path, args: list[str] = (), port
         "VLLM_DO_NOT_TRACK": "1",
         "TOKENIZERS_PARALLELISM": "false",
     }
+    if "--enable-lora" in args:
+        # Without it vLLM has no /v1/load_lora_adapter, which the gateway's lora load hook calls.
+        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
     command = [
         str(python), "-m", "vllm.entrypoints.openai.api_server",
         "--model", str(model_dir),

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from tests.procs import Gateway, running_gateway
-from tests.vllm.client import MODEL, vllm_deployment, vllm_gateway_config
+from tests.vllm.client import MODEL, admin, vllm_deployment, vllm_gateway_config
 from tests.vllm.conftest import Checkpoints, Pool
 
 # Engine starts and the model build happen in the first test's fixtures: minutes, not seconds.
@@ -21,12 +21,6 @@ pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1200)]
 
 QUESTION = "Which checkpoint are you?"
 ANSWERS = {"v1": "I am checkpoint one, the first release.", "v2": "I am checkpoint TWO; release 2 speaking!"}
-
-
-def admin(gateway: Gateway, path: str, body: dict[str, Any]) -> httpx.Response:
-    return httpx.post(
-        f"{gateway.url}/admin/models/{MODEL}/{path}", json=body, headers=gateway.headers(gateway.admin_key), timeout=120
-    )
 
 
 def ask(gateway: Gateway) -> str:
