@@ -61,7 +61,7 @@ from services import BENCH_DIR, REPO_DIR, issue_gateway_key, new_gateway_secret,
 from source_info import describe, source_info
 from sse_client import Hook, StreamRecord, stream_chat
 
-from gateway.sim.text import generate_tokens
+from sim.text import generate_tokens
 
 MODEL = "sim-model"
 KINDS = ("cut", KILL, STALL, "malformed", "inband")

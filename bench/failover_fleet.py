@@ -33,7 +33,7 @@ def sim_argv(port: int, timing: SimTiming) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "gateway.sim",
+        "sim",
         "--port",
         str(port),
         "--ttft-ms",

@@ -1,4 +1,4 @@
-from gateway.cli.processes import exit_with_parent
+from common.processes import exit_with_parent
 
 exit_with_parent()  # first: a parent that died meanwhile ends us before we bind a port
 

@@ -20,6 +20,7 @@ from fastapi import FastAPI
 from fastapi.telemetry import TelemetryConfig
 from starlette.routing import Route
 
+from checkpoints.registry import CheckpointRegistry
 from gateway.admission import RetryDiscipline
 from gateway.approvals import ApprovalService
 from gateway.audit import AuditWriter
@@ -40,7 +41,6 @@ from gateway.keys import KeyService
 from gateway.pipeline import Call, Meter, ResolveModel, Stage, compose
 from gateway.quota import Admit
 from gateway.releases.candidate_path import CandidatePath
-from gateway.releases.checkpoints import CheckpointRegistry
 from gateway.releases.service import ActiveReleases, ReleaseService
 from gateway.releases.serving import ApplyRelease, CanaryFallback, CheckpointWatch, ReleaseWatcher
 from gateway.routing.deployment import Deployment

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli.processes import Announced
+from common.processes import Announced
 from tests.cluster.redis_cluster import RedisCluster, running_cluster
 from tests.procs import child_pids, reset, start_sim, wait_gone
 

@@ -17,14 +17,14 @@ from typing import IO, Any
 import httpx
 import yaml
 
+from common.processes import Announced, start_announcing
 from gateway.auth import new_secret
-from gateway.cli.processes import Announced, start_announcing
 
 FAST_SIM = ["--ttft-ms", "5", "--tpot-ms", "1", "--jitter", "0"]
 
 
 def start_sim(*extra: str, port: int = 0) -> Announced:
-    return start_announcing(["gateway.sim", "--port", str(port), *FAST_SIM, *extra])
+    return start_announcing(["sim", "--port", str(port), *FAST_SIM, *extra])
 
 
 def set_faults(sim: Announced, **faults: Any) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from gateway.cli.processes import Announced
+from common.processes import Announced
 from tests.procs import deployment, gateway_config, running_gateway
 from tests.readme import ROOT, readme_block, run_block
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import click
 
-from gateway.releases.checkpoints import DEFAULT_ROOT, CheckpointRegistry, RegistryEntry, RegistryError
-from gateway.releases.manifest import UnknownFormatError
+from checkpoints.manifest import UnknownFormatError
+from checkpoints.registry import DEFAULT_ROOT, CheckpointRegistry, RegistryEntry, RegistryError
 
 
 def root_option(command: Callable[..., Any]) -> Callable[..., Any]:

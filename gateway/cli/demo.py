@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from common.processes import Announced, ProcessStartError, start_announcing
 from gateway.cli.demo_releases import prepare_releases, releases_settings
-from gateway.cli.processes import Announced, ProcessStartError, start_announcing
 from gateway.cli.serve import LOG_LEVELS
 
 if TYPE_CHECKING:  # imported when the demo runs, not for `gateway demo --help`
@@ -141,7 +141,7 @@ def _start_sims(ports: list[str], started: list[Announced]) -> None:
                 except OSError:
                     raise port_in_use("127.0.0.1", int(port), "--sim-ports", "0,0") from None
         try:
-            started.append(start_announcing(["gateway.sim", "--host", "127.0.0.1", "--port", port]))
+            started.append(start_announcing(["sim", "--host", "127.0.0.1", "--port", port]))
         except ProcessStartError as error:
             raise click.ClickException(f"a simulated backend did not start: {error}") from None
         click.echo(f"simulated backend on {started[-1].url}")

@@ -23,7 +23,7 @@ _COMMANDS = MappingProxyType(
             "Run the gateway with two simulated backends and print a ready-to-paste SDK snippet.",
         ),
         "sim": (
-            "gateway.sim.cli:sim_command",
+            "sim.cli:sim_command",
             "Run the simulated OpenAI-compatible backend (prints its URL once ready).",
         ),
         "keys": ("gateway.cli.keys:keys_group", "Manage API keys (secrets are shown once, stored only as SHA-256)."),

@@ -17,8 +17,8 @@ from typing import Any
 
 import click
 
-from gateway import planning
-from gateway.planning import CheckpointInterval, CheckpointSizes, ModelShape, ServingInputs, ServingPlan
+import planning
+from planning import CheckpointInterval, CheckpointSizes, ModelShape, ServingInputs, ServingPlan
 
 
 class _Parsed(click.ParamType[float]):

@@ -18,8 +18,8 @@ import click
 import httpx
 import orjson
 
+from checkpoints.registry import CheckpointRegistry
 from gateway.cli.context import CliContext, config_option, run
-from gateway.releases.checkpoints import CheckpointRegistry
 from gateway.releases.service import ActiveReleases, ReleaseService, ReleaseSpec
 from gateway.routing.health import HealthMonitor
 

@@ -12,8 +12,8 @@ from typing import Any
 import click
 import uvicorn
 
+from common.graceful import GracefulServer
 from gateway.cli.connection_guard import guarded_protocol
-from gateway.graceful import GracefulServer
 from gateway.settings import ServerSettings
 
 

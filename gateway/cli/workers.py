@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from types import FrameType
 
-from gateway.graceful import STOP_SIGNALS
+from common.graceful import STOP_SIGNALS
 
 log = logging.getLogger(__name__)
 

@@ -83,7 +83,7 @@ class PreflightChecks:
         pin = record.checkpoint
         if pin is None:
             return []
-        from gateway.releases.checkpoints import verify
+        from checkpoints.registry import verify
 
         # Hashing a checkpoint takes seconds per GiB: in a thread (hashlib lets go of the GIL),
         # so that a promote or rollback does not pause traffic.

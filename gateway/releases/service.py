@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from checkpoints.registry import CheckpointRegistry, RegistryError
 from gateway.audit import AuditWriter
 from gateway.errors import Conflict, InvalidRequest, NotFound
 from gateway.principal import Principal, Scope
 from gateway.releases.canary import CanaryMonitor
 from gateway.releases.canary_ops import CanaryOps
 from gateway.releases.candidate_path import CandidatePath
-from gateway.releases.checkpoints import CheckpointRegistry, RegistryError
 from gateway.releases.history import rollback_target
 from gateway.releases.preflight import PreflightChecks, PreflightFailed, Served
 from gateway.routing.health import HealthMonitor

@@ -16,13 +16,13 @@ import time
 from collections.abc import AsyncGenerator
 from pathlib import Path
 
+from checkpoints.registry import verify
 from gateway.backends.base import Chunk
 from gateway.errors import GatewayError, PermissionDenied
 from gateway.pipeline import Handler, RequestContext
 from gateway.principal import Scope
 from gateway.releases.canary import Outcome
 from gateway.releases.candidate_path import RELEASE_HEADER
-from gateway.releases.checkpoints import verify
 from gateway.releases.service import ActiveReleases, ReleaseService
 from gateway.store.base import ReleaseStore
 from gateway.store.release_record import CheckpointPin, Release

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.cli.processes import Announced
+from common.processes import Announced
 from tests.chaos.replicas import black_hole, parse, replicas_on_redis, text_of
 from tests.procs import deployment, gateway_config, start_sim
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.cli.processes import Announced
+from common.processes import Announced
 from gateway.store import keys
 from tests.chaos.redis_chaos import audited, private_redis
 from tests.procs import deployment, gateway_config, running_gateway, start_sim

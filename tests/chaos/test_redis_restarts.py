@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
+from common.processes import Announced
 from gateway.auth import new_secret
-from gateway.cli.processes import Announced
 from gateway.store import keys
 from tests.chaos.redis_chaos import PrivateRedis, Tally, audited, private_redis, steady_load, wait_ready
 from tests.procs import deployment, gateway_config, running_gateway

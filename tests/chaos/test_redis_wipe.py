@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.cli.processes import Announced
+from common.processes import Announced
 from tests.chaos.redis_chaos import Tally, private_redis, steady_load, wait_ready
 from tests.procs import deployment, gateway_config, running_gateway
 

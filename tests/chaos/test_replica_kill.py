@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.cli.processes import Announced
+from common.processes import Announced
 from tests.chaos.replicas import Replicas, parse, replicas_on_redis, resume, text_of, usage_of
 from tests.procs import Gateway, deployment, gateway_config, running_gateway, served_count, start_redis, start_sim
 

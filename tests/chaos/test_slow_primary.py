@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.cli.processes import Announced
+from common.processes import Announced
 from tests.chaos.replicas import Replicas, replicas_on_redis
 from tests.procs import deployment, gateway_config, reset, served_count, set_faults, start_sim
 

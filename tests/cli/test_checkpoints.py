@@ -9,7 +9,7 @@ import yaml
 from click.testing import CliRunner, Result
 
 from gateway.cli.checkpoints import checkpoints_group
-from tests.releases.fixtures import make_dcp, make_gguf, make_safetensors
+from tests.checkpoints.fixtures import make_dcp, make_gguf, make_safetensors
 
 
 @pytest.fixture

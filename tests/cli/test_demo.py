@@ -19,7 +19,7 @@ import httpx
 import pytest
 from openai import OpenAI
 
-from gateway.cli.processes import start_announcing
+from common.processes import start_announcing
 from tests.procs import child_pids, wait_gone
 
 

@@ -10,7 +10,7 @@ import yaml
 from click.testing import CliRunner
 
 from gateway.cli.main import cli
-from tests.releases.fixtures import make_safetensors
+from tests.checkpoints.fixtures import make_safetensors
 
 
 def config(tmp_path: Path) -> Path:

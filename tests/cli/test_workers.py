@@ -18,7 +18,7 @@ import httpx
 import pytest
 import yaml
 
-from gateway.cli.processes import Announced
+from common.processes import Announced
 from tests.e2e.test_sessions import BODY, expected_text, read_then_drop, resume, text_of
 from tests.procs import Gateway, delete_redis_prefix, deployment, gateway_config, redis_store_config, running_gateway
 

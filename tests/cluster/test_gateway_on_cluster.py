@@ -19,9 +19,9 @@ import httpx
 import orjson
 import pytest
 
+from common.processes import Announced
 from gateway.audit import iterate
 from gateway.auth import new_secret
-from gateway.cli.processes import Announced
 from gateway.settings import RedisStoreSettings
 from gateway.store.redis_store import RedisStore
 from tests.cluster.redis_cluster import RedisCluster

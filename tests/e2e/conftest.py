@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli.processes import Announced
+from common.processes import Announced
 from tests.procs import Gateway, deployment, gateway_config, policy_file, running_gateway
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.cli.processes import Announced
+from common.processes import Announced
 from tests.e2e.test_tool_policy import POLICY, SECRET, TOOLS, ask, message_of
 from tests.procs import Gateway, deployment, gateway_config, policy_file, running_gateway
 

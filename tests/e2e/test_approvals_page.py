@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.cli.processes import Announced
+from common.processes import Announced
 from tests.e2e.test_tool_policy import POLICY, SECRET, ask
 from tests.procs import Gateway, deployment, gateway_config, policy_file, running_gateway
 

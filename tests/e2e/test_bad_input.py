@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.cli.processes import Announced
+from common.processes import Announced
 from tests.procs import Gateway, deployment, gateway_config, running_gateway
 
 GOOD = {"model": "sim-model", "messages": [{"role": "user", "content": "hi"}]}

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from gateway.cli.processes import Announced
+from common.processes import Announced
 from tests.procs import Gateway, deployment, gateway_config, running_gateway
 
 BODY = {"model": "sim-model", "messages": [{"role": "user", "content": "may I?"}], "max_tokens": 4}

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.cli.processes import Announced
+from common.processes import Announced
 from tests.procs import gateway_config, running_gateway
 
 pytest.importorskip("litellm", reason="litellm is the optional [litellm] extra (installed by [dev])")

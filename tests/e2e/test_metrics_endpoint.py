@@ -6,7 +6,7 @@ from pathlib import Path
 
 import httpx
 
-from gateway.cli.processes import Announced
+from common.processes import Announced
 from tests.procs import deployment, gateway_config, running_gateway
 
 

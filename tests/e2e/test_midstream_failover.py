@@ -15,7 +15,7 @@ import httpx
 import orjson
 import pytest
 
-from gateway.cli.processes import Announced
+from common.processes import Announced
 from tests.procs import (
     Gateway,
     delete_redis_prefix,

@@ -8,7 +8,7 @@ import httpx
 import pytest
 from openai import AsyncOpenAI, NotFoundError
 
-from gateway.cli.processes import Announced
+from common.processes import Announced
 from tests.procs import Gateway
 
 MESSAGES = [{"role": "user", "content": "Tell me about circuit breakers"}]

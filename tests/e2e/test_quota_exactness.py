@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
+from common.processes import Announced
 from gateway.auth import new_secret
-from gateway.cli.processes import Announced
 from gateway.quota import estimate_prompt_tokens
 from tests.procs import (
     Gateway,

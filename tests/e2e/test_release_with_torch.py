@@ -21,9 +21,9 @@ try:
 except ImportError:
     pytest.skip("needs torch (pip install 'agent-gateway[train]')", allow_module_level=True)
 
-from gateway.cli.processes import Announced, start_announcing
-from gateway.releases.checkpoints import CheckpointRegistry, ProblemKind
-from gateway.releases.training import save_checkpoint
+from checkpoints.registry import CheckpointRegistry, ProblemKind
+from checkpoints.training import save_checkpoint
+from common.processes import Announced, start_announcing
 from tests.procs import Gateway, deployment, running_gateway
 from tests.support import charlm
 

@@ -23,10 +23,10 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from checkpoints.registry import CheckpointRegistry
+from common.processes import Announced
 from gateway.auth import new_secret
 from gateway.cli.main import cli
-from gateway.cli.processes import Announced
-from gateway.releases.checkpoints import CheckpointRegistry
 from tests.procs import (
     WEATHER_POLICY,
     Gateway,
@@ -384,7 +384,7 @@ def test_rollback_runs_the_load_hook_of_a_stopped_deployment(sim_pair: list[Anno
     pidfile = tmp_path / "hook.pid"
     start = (
         f"echo $$ > {pidfile}; echo hook says hello; "
-        f"exec {sys.executable} -m gateway.sim --port {port} --ttft-ms 5 --tpot-ms 1 --jitter 0"
+        f"exec {sys.executable} -m sim --port {port} --ttft-ms 5 --tpot-ms 1 --jitter 0"
     )
     old = start_sim(port=port)
     old_deployment = {
@@ -449,7 +449,7 @@ def test_a_cli_rollback_asks_the_gateway_and_runs_no_hook_locally(sim_pair: list
 
     port = free_port()
     pidfile = tmp_path / "hook.pid"
-    start = f"echo $$ > {pidfile}; exec {sys.executable} -m gateway.sim --port {port} --ttft-ms 5 --tpot-ms 1"
+    start = f"echo $$ > {pidfile}; exec {sys.executable} -m sim --port {port} --ttft-ms 5 --tpot-ms 1"
     old = start_sim(port=port)
     hook = {"kind": "command", "command": ["sh", "-c", start], "timeout_s": 30}
     prefix = f"agw-test-{uuid.uuid4().hex[:12]}"

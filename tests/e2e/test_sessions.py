@@ -15,8 +15,8 @@ import httpx
 import orjson
 import pytest
 
+from common.processes import Announced
 from gateway.auth import new_secret
-from gateway.cli.processes import Announced
 from tests.procs import (
     Gateway,
     delete_redis_prefix,

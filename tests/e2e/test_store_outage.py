@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.cli.processes import Announced
+from common.processes import Announced
 from tests.procs import Gateway, RedisServer, deployment, gateway_config, running_gateway, start_redis
 
 BODY = {"model": "sim-model", "messages": [{"role": "user", "content": "still there?"}], "max_tokens": 3}

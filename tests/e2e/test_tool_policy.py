@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.cli.processes import Announced
+from common.processes import Announced
 from policies import InvalidApprovalToken, verify_approval_token
 from tests.procs import Gateway, deployment, gateway_config, policy_file, running_gateway
 

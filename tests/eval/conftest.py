@@ -13,7 +13,7 @@ _PREFIX = "sim listening on "
 def sim_url() -> Iterator[str]:
     """A simulated backend on 127.0.0.1 with a free port; yields its …/v1 URL."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "gateway.sim", "--port", "0", "--ttft-ms", "1", "--tpot-ms", "1", "--jitter", "0"],
+        [sys.executable, "-m", "sim", "--port", "0", "--ttft-ms", "1", "--tpot-ms", "1", "--jitter", "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli.processes import Announced, start_announcing
+from common.processes import Announced, start_announcing
 from tests.procs import Gateway, deployment, gateway_config, policy_file, running_gateway, start_sim
 
 SECRET = "mcp-test-approval-secret-0123456789"

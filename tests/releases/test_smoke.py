@@ -15,12 +15,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.releases.candidate_listener import serve_once
 from gateway.releases.smoke import run_smoke, smoke_command, smoke_verdict
-from gateway.sim.app import create_sim_app
-from gateway.sim.profile import SimProfile
 from gateway.store.release_record import SmokePin
 from replay.metrics import Slo, summarize
 from replay.record import RequestRecord
 from replay.report import result_document
+from sim.app import create_sim_app
+from sim.profile import SimProfile
 from tests.replay.conftest import chat_body, running_sim, write_jsonl
 
 

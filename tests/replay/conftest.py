@@ -21,11 +21,11 @@ READY_PREFIX = "sim listening on "
 
 
 @contextlib.contextmanager
-def running_sim(*options: str, module: str = "gateway.sim") -> Iterator[str]:
-    """Start `python -m gateway.sim --port 0 ...` (or the stamping wrapper), yield its base URL,
+def running_sim(*options: str, module: str = "sim") -> Iterator[str]:
+    """Start `python -m sim --port 0 ...` (or the stamping wrapper), yield its base URL,
     always stop it."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
-    where = ("--host", "127.0.0.1", "--port", "0") if module == "gateway.sim" else ()
+    where = ("--host", "127.0.0.1", "--port", "0") if module == "sim" else ()
     command = [sys.executable, "-m", module, *where, *options]
     proc = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, text=True)
     try:

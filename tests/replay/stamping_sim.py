@@ -29,8 +29,8 @@ import orjson
 import uvicorn
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.sim.app import create_sim_app
-from gateway.sim.server import bind_socket, load_profile, sim_url
+from sim.app import create_sim_app
+from sim.server import bind_socket, load_profile, sim_url
 
 STAMPS_PATH = "/_stamps"
 HOLD_PATH = "/_hold"

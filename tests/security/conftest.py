@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli.processes import Announced, start_announcing
+from common.processes import Announced, start_announcing
 from tests.procs import Gateway, deployment, gateway_config, policy_file, running_gateway
 from tests.security.helpers import REFUSAL_INTERVAL_S, SECURITY_POLICY
 

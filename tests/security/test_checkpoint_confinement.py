@@ -14,9 +14,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from gateway.releases.checkpoints import CheckpointRegistry, ProblemKind, verify
-from gateway.releases.manifest import FileEntry, build_manifest, read_manifest, write_manifest
-from tests.releases.fixtures import make_gguf, make_safetensors
+from checkpoints.manifest import FileEntry, build_manifest, read_manifest, write_manifest
+from checkpoints.registry import CheckpointRegistry, ProblemKind, verify
+from tests.checkpoints.fixtures import make_gguf, make_safetensors
 
 
 def checkpoints(*args: str) -> subprocess.CompletedProcess[str]:

@@ -12,7 +12,7 @@ import httpx
 import orjson
 import pytest
 
-from gateway.cli.processes import Announced
+from common.processes import Announced
 from tests.procs import Gateway, deployment, gateway_config, running_gateway
 from tests.security.helpers import CHAT, admin_get, audit_count, chat
 

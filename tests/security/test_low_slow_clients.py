@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from gateway.cli.processes import Announced
+from common.processes import Announced
 from tests.procs import Gateway, deployment, gateway_config, running_gateway
 from tests.security.helpers import CHAT, chat
 

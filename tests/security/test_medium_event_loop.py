@@ -18,8 +18,8 @@ import httpx
 import orjson
 import pytest
 
-from gateway.cli.processes import Announced
-from gateway.releases.checkpoints import CheckpointRegistry
+from checkpoints.registry import CheckpointRegistry
+from common.processes import Announced
 from tests.procs import Gateway, deployment, gateway_config, running_gateway
 from tests.security.helpers import chat
 

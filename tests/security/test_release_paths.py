@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.cli.processes import Announced
+from common.processes import Announced
 from tests.procs import Gateway, deployment, gateway_config, running_gateway
 
 SECRET = "hunter2-do-not-echo"

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.cli.processes import Announced
+from common.processes import Announced
 from tests.procs import Gateway, deployment, gateway_config, running_gateway, start_sim
 
 BODY = {"model": "sim-model", "messages": [{"role": "user", "content": "my secret plan"}], "max_tokens": 5}

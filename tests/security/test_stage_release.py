@@ -19,10 +19,10 @@ import orjson
 import pytest
 from fastapi import FastAPI
 
+from common.processes import Announced
 from gateway.app import create_app
 from gateway.auth import new_secret
 from gateway.backends.base import Chunk
-from gateway.cli.processes import Announced
 from gateway.errors import InvalidRequest
 from gateway.pipeline import Handler, RequestContext, compose
 from gateway.settings import parse_settings

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.cli.processes import Announced
+from common.processes import Announced
 from tests.procs import Gateway, deployment, running_gateway
 
 SHARED = "sim-model"  # no tenants listed: every tenant uses it, only a platform admin manages it

@@ -5,8 +5,8 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from gateway.sim.app import create_sim_app
-from gateway.sim.profile import SimProfile
+from sim.app import create_sim_app
+from sim.profile import SimProfile
 
 
 @pytest.fixture

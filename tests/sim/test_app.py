@@ -7,10 +7,10 @@ import httpx
 import orjson
 import pytest
 
-from gateway.sim.app import create_sim_app
-from gateway.sim.profile import SimProfile
-from gateway.sim.respond import SimulatedCut
-from gateway.sim.text import generate_tokens
+from sim.app import create_sim_app
+from sim.profile import SimProfile
+from sim.respond import SimulatedCut
+from sim.text import generate_tokens
 from tests.sim.sse import DONE, content_tokens, sse_events, sse_payloads
 
 MESSAGES = [{"role": "user", "content": "Say something."}]

@@ -4,7 +4,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from gateway.sim.cli import sim_command
+from sim.cli import sim_command
 
 
 def test_bad_fault_option_is_a_usage_error_before_anything_starts() -> None:

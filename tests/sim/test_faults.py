@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.sim.faults import FaultError, Faults, PositionalFault, parse_faults
-from gateway.sim.profile import ProfileError, SimProfile, load_profile
+from sim.faults import FaultError, Faults, PositionalFault, parse_faults
+from sim.profile import ProfileError, SimProfile, load_profile
 
 
 @pytest.mark.parametrize(

@@ -30,7 +30,7 @@ def _read_ready_line(proc: subprocess.Popen[str], timeout: float) -> str:
 @pytest.fixture(scope="module")
 def sim_url() -> Iterator[str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
-    command = [sys.executable, "-m", "gateway.sim", "--port", "0", "--ttft-ms", "5", "--tpot-ms", "2"]
+    command = [sys.executable, "-m", "sim", "--port", "0", "--ttft-ms", "5", "--tpot-ms", "2"]
     with subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, text=True) as proc:
         try:
             line = _read_ready_line(proc, timeout=30)

@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-from gateway.sim.text import (
+from sim.text import (
     VOCABULARY,
     continue_tokens,
     count_prompt_tokens,

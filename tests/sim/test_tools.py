@@ -6,8 +6,8 @@ from typing import Any
 
 import orjson
 
-from gateway.sim.text import VOCABULARY, seed_digest
-from gateway.sim.tools import arguments_for, plan_tool_call, wants_tool_call
+from sim.text import VOCABULARY, seed_digest
+from sim.tools import arguments_for, plan_tool_call, wants_tool_call
 
 WEATHER: dict[str, Any] = {
     "type": "function",

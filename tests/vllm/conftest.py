@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from gateway.releases.checkpoints import CheckpointRegistry
-from gateway.releases.training import save_checkpoint
+from checkpoints.registry import CheckpointRegistry
+from checkpoints.training import save_checkpoint
 from tests.vllm.servers import INSTALL, LORA_ARGS, TOOL_ARGS, VllmServer, launch, tiny_model, vllm_python
 
 STEPS = {"v1": 200, "v2": 300}  # the run's step numbers of the two checkpoints

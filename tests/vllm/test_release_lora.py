@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.releases.training import save_checkpoint
+from checkpoints.training import save_checkpoint
 from tests.procs import Gateway, running_gateway
 from tests.vllm.client import MODEL, admin, vllm_deployment, vllm_gateway_config
 from tests.vllm.conftest import Checkpoints, Pool

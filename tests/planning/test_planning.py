@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from gateway import planning
-from gateway.planning import ServingInputs
+import planning
+from planning import ServingInputs
 
 GIB = 2**30
 

@@ -6,8 +6,8 @@ import random
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from gateway.sim.faults import Faults
-from gateway.sim.profile import SimProfile
+from sim.faults import Faults
+from sim.profile import SimProfile
 
 
 @dataclass(slots=True)

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.releases.checkpoints import CheckpointRegistry, RegistryError, verify
-from gateway.releases.manifest import CheckpointFormat, read_manifest
-from gateway.releases.training import TrainingExtraMissingError, save_checkpoint, step_dirs
+from checkpoints.manifest import CheckpointFormat, read_manifest
+from checkpoints.registry import CheckpointRegistry, RegistryError, verify
+from checkpoints.training import TrainingExtraMissingError, save_checkpoint, step_dirs
 
 
 def fake_dcp_writer(directory: Path) -> None:

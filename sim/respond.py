@@ -14,10 +14,10 @@ from typing import Any
 
 import orjson
 
-from gateway.sim.faults import Faults, PositionalFault
-from gateway.sim.reply import Reply
-from gateway.sim.state import SimState
-from gateway.sim.wire import (
+from sim.faults import Faults, PositionalFault
+from sim.reply import Reply
+from sim.state import SimState
+from sim.wire import (
     DONE,
     SSE_MEDIA_TYPE,
     ChunkEncoder,

@@ -21,12 +21,12 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.sim.faults import FAULT_HEADER, FaultError, Faults, faults_from_mapping, parse_faults
-from gateway.sim.profile import SimProfile
-from gateway.sim.reply import RequestError, plan_reply
-from gateway.sim.respond import ChatResponse, StallResponse
-from gateway.sim.state import SimState
-from gateway.sim.wire import error_body
+from sim.faults import FAULT_HEADER, FaultError, Faults, faults_from_mapping, parse_faults
+from sim.profile import SimProfile
+from sim.reply import RequestError, plan_reply
+from sim.respond import ChatResponse, StallResponse
+from sim.state import SimState
+from sim.wire import error_body
 
 __all__ = ["SimProfile", "create_sim_app"]
 

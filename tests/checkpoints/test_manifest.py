@@ -9,9 +9,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from gateway.releases.checkpoints import build_manifest, write_manifest
-from gateway.releases.manifest import CheckpointFormat, Manifest, UnknownFormatError, detect_format, manifest_path
-from tests.releases.fixtures import make_dcp, make_gguf, make_lora, make_safetensors
+from checkpoints.manifest import CheckpointFormat, Manifest, UnknownFormatError, detect_format, manifest_path
+from checkpoints.registry import build_manifest, write_manifest
+from tests.checkpoints.fixtures import make_dcp, make_gguf, make_lora, make_safetensors
 
 
 @pytest.mark.parametrize(

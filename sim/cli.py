@@ -49,9 +49,9 @@ def sim_command(
 ) -> None:
     """Run the simulated OpenAI-compatible backend (prints its URL once ready)."""
     # Imported here: `gateway sim --help` needs neither the fault models nor the server.
-    from gateway.sim.faults import FaultError, parse_fault_fields
-    from gateway.sim.profile import ProfileError
-    from gateway.sim.server import load_profile, run_sim
+    from sim.faults import FaultError, parse_fault_fields
+    from sim.profile import ProfileError
+    from sim.server import load_profile, run_sim
 
     try:
         faults: dict[str, str | float | None] = dict(parse_fault_fields(fault_spec or ""))

@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gateway.sim.faults import FaultError, Faults, parse_fault_fields
+from sim.faults import FaultError, Faults, parse_fault_fields
 
 
 class ProfileError(ValueError):

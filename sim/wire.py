@@ -12,8 +12,8 @@ from typing import Any
 
 import orjson
 
-from gateway.sim.reply import Reply
-from gateway.sim.tools import ToolCall
+from sim.reply import Reply
+from sim.tools import ToolCall
 
 SSE_MEDIA_TYPE = "text/event-stream"
 DONE = b"data: [DONE]\n\n"

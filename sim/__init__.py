@@ -1,6 +1,6 @@
 """Simulated OpenAI-compatible backend for demos, tests, load tests and failure drills.
 
-Start it with `gateway sim` (or `python -m gateway.sim`), or build the ASGI app in-process with
+Start it with `gateway sim` (or `python -m sim`), or build the ASGI app in-process with
 `create_sim_app(SimProfile(...))`.
 """
 
@@ -11,19 +11,19 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from gateway.sim.app import create_sim_app
-    from gateway.sim.faults import Faults, parse_faults
-    from gateway.sim.profile import SimProfile, load_profile
+    from sim.app import create_sim_app
+    from sim.faults import Faults, parse_faults
+    from sim.profile import SimProfile, load_profile
 
 __all__ = ["Faults", "SimProfile", "create_sim_app", "load_profile", "parse_faults"]
 
 _HOMES = MappingProxyType(
     {
-        "create_sim_app": "gateway.sim.app",
-        "Faults": "gateway.sim.faults",
-        "parse_faults": "gateway.sim.faults",
-        "SimProfile": "gateway.sim.profile",
-        "load_profile": "gateway.sim.profile",
+        "create_sim_app": "sim.app",
+        "Faults": "sim.faults",
+        "parse_faults": "sim.faults",
+        "SimProfile": "sim.profile",
+        "load_profile": "sim.profile",
     }
 )
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import orjson
 
-from gateway.sim.patterns import string_matching
-from gateway.sim.text import VOCABULARY, Message, digest_rng
+from sim.patterns import string_matching
+from sim.text import VOCABULARY, Message, digest_rng
 
 # Small enough that even a one-property argument object arrives in several pieces, like a real
 # server streaming argument tokens.
@@ -103,7 +103,7 @@ def value_for(schema: object, rng: random.Random) -> Any:
 
     In order: `const`, the first of `enum`, the first of `examples`, `default`, the first option
     of `anyOf` / `oneOf`; otherwise a value of the schema's `type` that keeps to its `pattern`
-    (a simple subset: gateway/sim/patterns.py), `maxLength`, and `minimum` / `maximum` /
+    (a simple subset: sim/patterns.py), `maxLength`, and `minimum` / `maximum` /
     `exclusiveMinimum` / `exclusiveMaximum`.
     """
     if not isinstance(schema, dict):

@@ -44,7 +44,7 @@ _PR_SET_PDEATHSIG = 1
 
 
 def exit_with_parent() -> None:
-    """Run first by `python -m gateway` and `python -m gateway.sim`: if `start_announcing` started
+    """Run first by `python -m gateway` and `python -m sim`: if `start_announcing` started
     this process, have the kernel send it SIGTERM (a graceful stop) when the parent dies."""
     parent = os.environ.pop(_PARENT_ENV, None)  # popped: our own children get their own
     if parent is None or not sys.platform.startswith("linux"):

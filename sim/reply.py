@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.sim.text import (
+from sim.text import (
     Message,
     content_text,
     continue_tokens,
@@ -18,7 +18,7 @@ from gateway.sim.text import (
     remaining_tokens,
     seed_digest,
 )
-from gateway.sim.tools import ToolCall, plan_tool_call, wants_tool_call
+from sim.tools import ToolCall, plan_tool_call, wants_tool_call
 
 # Far beyond any demo or load test, but keeps one request from allocating unbounded memory.
 MAX_TOKENS_LIMIT = 131_072

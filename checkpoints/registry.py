@@ -18,7 +18,7 @@ from pathlib import Path
 import orjson
 from pydantic import BaseModel, ConfigDict
 
-from gateway.releases.manifest import (
+from checkpoints.manifest import (
     CheckpointFormat,
     Manifest,
     UnsafeFileError,

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from gateway.releases.checkpoints import CheckpointRegistry, RegistryEntry, validate_run_step, version_id
-from gateway.releases.manifest import build_manifest, fsync_dir, manifest_path, write_manifest
+from checkpoints.manifest import build_manifest, fsync_dir, manifest_path, write_manifest
+from checkpoints.registry import CheckpointRegistry, RegistryEntry, validate_run_step, version_id
 
 STAGING_PREFIX = ".staging-"
 STEP_PREFIX = "step-"

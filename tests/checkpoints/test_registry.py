@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.releases.checkpoints import (
+from checkpoints.manifest import CheckpointFormat
+from checkpoints.registry import (
     CheckpointRegistry,
     Problem,
     ProblemKind,
@@ -19,8 +20,7 @@ from gateway.releases.checkpoints import (
     verify,
     write_manifest,
 )
-from gateway.releases.manifest import CheckpointFormat
-from tests.releases.fixtures import make_dcp, make_gguf, make_lora, make_safetensors
+from tests.checkpoints.fixtures import make_dcp, make_gguf, make_lora, make_safetensors
 
 
 def sealed_dcp(path: Path) -> Path:

@@ -13,10 +13,10 @@ import sys
 
 import uvicorn
 
-from gateway.graceful import GracefulServer
-from gateway.sim.app import create_sim_app
-from gateway.sim.profile import SimProfile, load_profile
-from gateway.sim.respond import SimulatedCut
+from common.graceful import GracefulServer
+from sim.app import create_sim_app
+from sim.profile import SimProfile, load_profile
+from sim.respond import SimulatedCut
 
 __all__ = ["SimProfile", "bind_socket", "load_profile", "run_sim", "sim_url"]
 
