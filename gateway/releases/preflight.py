@@ -13,7 +13,7 @@ import asyncio
 import functools
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import orjson
 
@@ -28,8 +28,11 @@ from gateway.releases.smoke import run_smoke
 if TYPE_CHECKING:
     import subprocess
 
+    from eval.runner import CaseResult, EvalResult
+    from eval.sets import EvalSet
     from gateway.releases.candidate_path import CandidatePath
     from gateway.routing.health import HealthMonitor
+    from gateway.routing.router import ModelGroup
     from gateway.store.release_record import Release
 
 
@@ -51,7 +54,7 @@ class PreflightChecks:
         hook_processes: list[subprocess.Popen[bytes]]
         run_load_hooks: bool
 
-        def _group(self, model: str) -> Any: ...
+        def _group(self, model: str) -> ModelGroup: ...
 
     async def preflight(
         self, record: Release, *, run_evals: bool, bring_up: bool = False, actor: Principal | None = None
@@ -149,7 +152,7 @@ class PreflightChecks:
             return []
         return [f"eval set {pin.id}: " + "; ".join(verdict.reasons) + _failed_cases(result.cases)]
 
-    async def _direct_eval(self, record: Release, eval_set: Any) -> Any:
+    async def _direct_eval(self, record: Release, eval_set: EvalSet) -> EvalResult:
         from eval.runner import run_eval
 
         prompt = record.prompt.system_prompt
@@ -182,7 +185,7 @@ class PreflightChecks:
 _CASES_NAMED = 10  # a failed gate names this many failed cases, then counts the rest
 
 
-def _failed_cases(cases: Sequence[Any]) -> str:
+def _failed_cases(cases: Sequence[CaseResult]) -> str:
     failed = [c for c in cases if not c.passed]
     named = []
     for case in failed[:_CASES_NAMED]:
