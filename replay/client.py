@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 import orjson
 
-from common.sse_reader import SseReader
+from common.sse_reader import SseReader, SseTooLarge
 from replay import record as r
 from replay.record import RequestRecord
 from replay.samples import Prepared
@@ -219,7 +219,13 @@ class _Exchange:
         reader, state = SseReader(), self.state
         async for data in response.aiter_bytes():
             now = time.perf_counter()
-            for payload, name, _ in reader.feed(data):
+            try:
+                events = reader.feed(data)
+            except SseTooLarge as exc:
+                self._ended = now
+                state.fail(r.MALFORMED_CHUNK, f"the stream sent {exc}")
+                return
+            for payload, name, _ in events:
                 state.on_event(name, payload, now)
                 if state.done and self._ended is None:
                     self._ended = now

@@ -13,9 +13,9 @@ from typing import Any
 
 import orjson
 
+from common.sse_reader import is_done
 from replay.record import INBAND_ERROR, MALFORMED_CHUNK
 
-_DONE = b"[DONE]"
 # The fallback token estimate when the server reports no usage: words and punctuation marks.
 _TOKEN_ESTIMATE = re.compile(r"\w+|[^\w\s]")
 
@@ -38,7 +38,7 @@ class StreamState:
 
     def on_event(self, name: bytes, data: bytes, now: float) -> None:
         self.event_times.append(now)
-        if data == _DONE:
+        if is_done(data):
             self.done = True
             return
         try:

@@ -23,7 +23,7 @@ from urllib.parse import SplitResult, urlsplit
 import httpx
 import orjson
 
-from common.sse_reader import SseEvent, SseReader
+from common.sse_reader import SseEvent, SseReader, SseTooLarge, is_done
 from gateway.backends.base import BackendRequest, Chunk
 from gateway.backends.http_transport import (
     ConnectFailed,
@@ -45,7 +45,6 @@ from gateway.errors import (
 from gateway.settings import Continuation, DeploymentSettings
 from gateway.wire import chunk_from_openai
 
-_DONE = b"[DONE]"
 _MAX_ERROR_BODY = 16 * 1024
 # After [DONE], httpx reads the body's end inline, which holds up the end of the answer: only as
 # long as a prompt final chunk takes. (The transport drains in the background, within stall_s.)
@@ -107,7 +106,7 @@ class OpenAICompatBackend:
                 sse = _SSEBody(upstream, deadline)
                 while not done and (events := await sse.read()) is not None:
                     for data, _, _ in events:
-                        if data == _DONE:
+                        if is_done(data):
                             done = True
                             break
                         chunk = self._parse(data)
@@ -120,6 +119,8 @@ class OpenAICompatBackend:
                 await upstream.aclose(self._timeouts.stall_s if done else None)
             if not done:
                 raise UpstreamProtocolError("stream ended before [DONE]", deployment=self.name)
+        except SseTooLarge as exc:
+            raise UpstreamProtocolError(f"the stream sent {exc}", deployment=self.name) from None
         except (TimeoutError, TransportError, httpx.HTTPError) as exc:
             translated = self._translate(exc, deadline)
             if translated is None:

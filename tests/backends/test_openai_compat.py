@@ -151,6 +151,18 @@ async def test_the_body_is_read_as_the_sse_standard_says() -> None:
     assert [c.content for c in chunks] == ["a"]
 
 
+async def test_a_line_that_never_ends_is_a_protocol_error_not_unbounded_memory() -> None:
+    """A peer sends one `data:` line and keeps it going: the reader's bound ends it."""
+
+    async def endless() -> object:
+        yield b"data: "
+        for _ in range(20):  # 20 x 1 MiB: past the 16 MiB bound
+            yield b"x" * (1 << 20)
+
+    with pytest.raises(UpstreamProtocolError, match="more than 16777216 bytes"):
+        await collect(backend(lambda _: httpx.Response(200, content=endless())))
+
+
 async def test_no_first_token_within_the_deadline_is_a_first_token_timeout() -> None:
     async def never() -> object:
         yield b": waiting\n\n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from common.sse_reader import SseEvent, SseReader, read_events
+from common.sse_reader import SseEvent, SseReader, SseTooLarge, is_done, read_events
 
 BOM = b"\xef\xbb\xbf"
 
@@ -121,3 +121,33 @@ def test_every_cut_of_a_stream_reads_the_same_as_the_whole() -> None:
     for cut in range(len(SAMPLE) + 1):
         assert fed_in_two(SAMPLE, cut) == whole, cut
     assert fed_bytewise(SAMPLE) == whole
+
+
+def test_a_line_beyond_the_bound_is_refused_however_it_is_cut() -> None:
+    reader = SseReader(max_event_bytes=1000)
+    reader.feed(b"data: ")
+    for _ in range(99):  # a line that never ends, 10 bytes a read: 996 bytes so far
+        assert reader.feed(b"x" * 10) == []
+    with pytest.raises(SseTooLarge, match="more than 1000 bytes"):
+        reader.feed(b"x" * 10)
+
+
+def test_an_event_of_many_lines_beyond_the_bound_is_refused() -> None:
+    reader = SseReader(max_event_bytes=1000)
+    with pytest.raises(SseTooLarge):
+        reader.feed(b"data: " + b"y" * 100 + b"\n" * 1 + (b"data: " + b"y" * 100 + b"\n") * 20)
+
+
+def test_a_long_line_over_many_reads_reads_as_the_whole() -> None:
+    line = b'data: {"content":"' + b"z" * 100_000 + b'"}\n\n'
+    reader = SseReader()
+    events = [e for i in range(0, len(line), 1000) for e in reader.feed(line[i : i + 1000])] + reader.close()
+    assert events == read_events(line)
+    assert len(events) == 1
+
+
+@pytest.mark.parametrize("marker", [b"[DONE]", b"[DONE] ", b" [DONE]\t"])
+def test_the_end_marker_is_known_with_whitespace_around_it(marker: bytes) -> None:
+    ((data, _, _),) = read_events(b"data: " + marker + b"\n\n")
+    assert is_done(data)
+    assert not is_done(b'{"content":"[DONE]"}')
