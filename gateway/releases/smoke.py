@@ -81,8 +81,9 @@ def smoke_command(
 
 
 def _with_system_prompt(samples: Path, prompt: str, copy: Path) -> Path:
-    """A copy of `samples` (our JSONL) with `prompt` as the first message of each; the original
-    when it cannot be read, so that the replay reports why."""
+    """A copy of `samples` with `prompt` as the first message of each, in the shared format (it
+    keeps a sample's category and timestamp apart from its request); the original when it cannot
+    be read, so that the replay reports why."""
     from replay.samples import SampleError, load_samples
 
     try:
@@ -92,8 +93,11 @@ def _with_system_prompt(samples: Path, prompt: str, copy: Path) -> Path:
     system = {"role": "system", "content": prompt}
     lines = []
     for sample in loaded.samples:
-        line = {**sample.body, "messages": [system, *sample.body.get("messages", [])], "id": sample.id}
-        for meta in ("expect_finish_reason", "expect_tool_call"):
+        line: dict[str, Any] = {
+            "id": sample.id,
+            "body": {**sample.body, "messages": [system, *sample.body.get("messages", [])]},
+        }
+        for meta in ("category", "timestamp", "expect_finish_reason", "expect_tool_call"):
             if getattr(sample, meta) is not None:
                 line[meta] = getattr(sample, meta)
         lines.append(orjson.dumps(line))

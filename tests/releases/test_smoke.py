@@ -160,3 +160,23 @@ def test_a_direct_smoke_run_puts_the_releases_system_prompt_in_front_of_every_sa
     for body in bodies:
         assert body["messages"][0] == {"role": "system", "content": "You are v2."}, body
         assert body["messages"][1]["role"] == "user"
+
+
+def test_the_system_prompt_copy_keeps_each_samples_category_timestamp_and_expectations(tmp_path: Path) -> None:
+    from gateway.releases.smoke import _with_system_prompt
+    from replay.samples import load_samples
+
+    original = tmp_path / "samples.jsonl"
+    user = {"role": "user", "content": "hi"}
+    lines = [
+        {"id": "a", "category": "tools", "timestamp": 100.5, "body": {"messages": [user]}, "expect_tool_call": True},
+        {"id": "b", "timestamp": "2026-01-01T00:00:00Z", "messages": [user], "expect_finish_reason": "stop"},
+    ]
+    original.write_bytes(b"\n".join(orjson.dumps(line) for line in lines) + b"\n")
+    copy = _with_system_prompt(original, "You are v2.", tmp_path / "copy.jsonl")
+    before, after = load_samples(original).samples, load_samples(copy).samples
+    for old, new in zip(before, after, strict=True):
+        assert new.body["messages"] == [{"role": "system", "content": "You are v2."}, user]
+        assert {k: v for k, v in new.body.items() if k != "messages"} == {}, "sample metadata sent as request fields"
+        kept = ("id", "category", "timestamp", "expect_finish_reason", "expect_tool_call")
+        assert [getattr(new, k) for k in kept] == [getattr(old, k) for k in kept]
