@@ -18,7 +18,7 @@ import logging
 import secrets
 import socket
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import orjson
 import uvicorn
@@ -36,7 +36,7 @@ _GRACEFUL_S = 1  # requests still running when the smoke run is over are abandon
 @dataclass(frozen=True, slots=True)
 class Listener:
     base_url: str  # http://127.0.0.1:PORT/v1
-    token: str  # the one bearer token it accepts
+    token: str = field(repr=False)  # the one bearer token it accepts: kept out of logs and tracebacks
 
 
 class _Quiet(uvicorn.Server):

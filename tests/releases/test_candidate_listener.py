@@ -94,3 +94,10 @@ def test_the_listener_is_closed_when_the_preflight_is_cancelled_or_fails() -> No
         asyncio.run(failing())
     assert len(opened) == 2
     assert all(refused(listener) for listener in opened)
+
+
+def test_the_listeners_token_does_not_appear_in_its_repr() -> None:
+    """A listener logged or shown in a traceback must not hand out the door's key."""
+    listener = Listener("http://127.0.0.1:1/v1", "secret-token-value")
+    assert "secret-token-value" not in repr(listener)
+    assert "http://127.0.0.1:1/v1" in repr(listener)
