@@ -39,6 +39,10 @@ class Listener:
     token: str = field(repr=False)  # the one bearer token it accepts: kept out of logs and tracebacks
 
 
+class ListenerNotStarted(Exception):
+    """The listener could not be opened or its server did not come up; the message says why."""
+
+
 class _Quiet(uvicorn.Server):
     """Runs inside the gateway's event loop: the gateway's own server owns the signals."""
 
@@ -81,8 +85,11 @@ async def serve_once(app: ASGIApp) -> AsyncIterator[Listener]:
     token = secrets.token_urlsafe(32)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(64)
+        try:
+            sock.bind(("127.0.0.1", 0))
+            sock.listen(64)
+        except OSError as error:
+            raise ListenerNotStarted(f"127.0.0.1: {error}") from error
         config = uvicorn.Config(
             _guarded(app, token),
             http="httptools" if importlib.util.find_spec("httptools") else "h11",
@@ -113,9 +120,9 @@ async def _started(server: _Quiet, task: asyncio.Task[None]) -> None:
     finally:
         ready.cancel()
     if not server.ready.is_set():
-        if task.done():
-            task.result()  # raises what stopped it
-        raise RuntimeError(f"the preflight listener did not start within {_STARTUP_TIMEOUT_S:g}s")
+        if task.done() and task.exception() is not None:
+            raise ListenerNotStarted(repr(task.exception())) from task.exception()
+        raise ListenerNotStarted(f"not serving within {_STARTUP_TIMEOUT_S:g}s")
 
 
 async def _stop(server: _Quiet, task: asyncio.Task[None]) -> None:

@@ -12,6 +12,7 @@ SLOs. Every problem is named, not only the first.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,7 +22,7 @@ import orjson
 
 from gateway.errors import GatewayError
 from gateway.principal import Principal
-from gateway.releases.candidate_listener import serve_once
+from gateway.releases.candidate_listener import ListenerNotStarted, serve_once
 from gateway.releases.candidate_path import BASE_URL as CANDIDATE_BASE_URL
 from gateway.releases.load_hooks import LoadedAdapter, give_back
 from gateway.releases.load_hooks import bring_up as bring_up_deployment
@@ -209,7 +210,11 @@ class PreflightChecks:
             return []
         if self.candidate_path is not None and actor is not None:
             app = self.candidate_path.app(actor, record.version)
-            async with serve_once(app) as listener:
+            async with contextlib.AsyncExitStack() as stack:
+                try:
+                    listener = await stack.enter_async_context(serve_once(app))
+                except ListenerNotStarted as error:  # a refusal like any other: named and audited
+                    return [f"replay smoke run: the local listener did not start: {error}"]
                 problem = await run_smoke(smoke, listener.base_url, listener.token, record.model)
         else:
             # As for the eval cases: without a running gateway, the release's first deployment,

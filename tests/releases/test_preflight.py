@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import socket
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -18,7 +19,7 @@ from gateway.principal import Limits, Principal
 from gateway.releases.preflight import PreflightChecks, PreflightFailed
 from gateway.releases.service import ActiveReleases, ReleaseService
 from gateway.settings import DeploymentSettings, LoadHook, LoadHookKind
-from gateway.store.release_record import CheckpointPin, PromptPin, Release
+from gateway.store.release_record import CheckpointPin, PromptPin, Release, SmokePin
 
 ADAPTER = "tiny-ft"
 
@@ -222,3 +223,40 @@ async def test_a_rollback_that_loses_its_switch_gives_the_engine_back_its_adapte
     assert engines["ft"].loads == [target, serving]
     assert engines["ft"].root == serving
     assert f"deployment ft now serves {serving}" in lost.value.message, lost.value.message
+
+
+class Unbindable:
+    """A socket the kernel will not bind (every port taken, or no loopback)."""
+
+    def __init__(self, *args: Any) -> None:
+        pass
+
+    def bind(self, address: Any) -> None:
+        raise OSError(98, "Address already in use")
+
+    def close(self) -> None:
+        pass
+
+
+async def test_a_preflight_listener_that_cannot_start_is_a_named_refusal_not_a_crash(
+    engines: dict[str, Engine], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A refusal (PreflightFailed) is what gets audited; any other error was a bare 500."""
+    from gateway.releases import candidate_listener
+
+    unbindable = SimpleNamespace(socket=Unbindable, AF_INET=socket.AF_INET, SOCK_STREAM=socket.SOCK_STREAM)
+    monkeypatch.setattr(candidate_listener, "socket", unbindable)
+    engines["ft"] = Engine(None)
+    checks = Checks(engines, hooked="")
+    checks.candidate_path = SimpleNamespace(app=lambda actor, version: None)  # type: ignore[assignment]
+    record = Release(
+        model="m",
+        version="v2",
+        deployments=("ft",),
+        prompt=PromptPin(version="", system_prompt="", sha256=""),
+        created_at=0.0,
+        smoke=SmokePin(samples=str(tmp_path / "samples.jsonl"), count=1),
+    )
+    admin = Principal("key_admin", "*", frozenset({"admin"}), frozenset(), Limits(), all_tenants=True)
+    with pytest.raises(PreflightFailed, match=r"replay smoke run: the local listener did not start: .*in use"):
+        await checks.preflight(record, run_evals=False, actor=admin)
