@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import importlib.util
 import logging
 import secrets
 import socket
@@ -24,6 +23,7 @@ import orjson
 import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from gateway.cli.connection_guard import guarded_protocol
 from gateway.http.errors import error_body
 
 log = logging.getLogger(__name__)
@@ -31,6 +31,12 @@ log = logging.getLogger(__name__)
 _STARTUP_TIMEOUT_S = 10.0
 _SHUTDOWN_TIMEOUT_S = 5.0
 _GRACEFUL_S = 1  # requests still running when the smoke run is over are abandoned after this
+# Any local user can connect before the token is checked: request heads that do not arrive are cut,
+# and connections waiting for one capped, as on the gateway's own port. The smoke run itself keeps
+# two requests open at a time.
+_HEADER_TIMEOUT_S = 10.0
+_MAX_PENDING = 16
+_MAX_CONCURRENCY = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +98,8 @@ async def serve_once(app: ASGIApp) -> AsyncIterator[Listener]:
             raise ListenerNotStarted(f"127.0.0.1: {error}") from error
         config = uvicorn.Config(
             _guarded(app, token),
-            http="httptools" if importlib.util.find_spec("httptools") else "h11",
+            http=guarded_protocol(_HEADER_TIMEOUT_S, _MAX_PENDING),
+            limit_concurrency=_MAX_CONCURRENCY,
             ws="none",
             lifespan="off",
             log_level=None,  # the gateway's logging stays as it is

@@ -101,3 +101,28 @@ def test_the_listeners_token_does_not_appear_in_its_repr() -> None:
     listener = Listener("http://127.0.0.1:1/v1", "secret-token-value")
     assert "secret-token-value" not in repr(listener)
     assert "http://127.0.0.1:1/v1" in repr(listener)
+
+
+def test_request_heads_that_never_arrive_are_cut_and_capped_while_the_token_still_gets_through(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Anyone on the machine can connect to the listener: half-open heads must not pile up."""
+    from gateway.releases import candidate_listener
+
+    monkeypatch.setattr(candidate_listener, "_HEADER_TIMEOUT_S", 0.5)
+
+    async def scenario() -> tuple[list[bytes], int]:
+        async with serve_once(recording_app([])) as listener:  # type: ignore[arg-type]
+            port = int(listener.base_url.split(":")[2].split("/")[0])
+            silent = [
+                await asyncio.open_connection("127.0.0.1", port) for _ in range(candidate_listener._MAX_PENDING + 4)
+            ]
+            async with asyncio.timeout(5):  # well past the head timeout: every one was cut by then
+                ends = [await reader.read() for reader, _ in silent]
+            for _, writer in silent:
+                writer.close()
+            return ends, (await get(listener, f"Bearer {listener.token}")).status_code
+
+    ends, status = asyncio.run(scenario())
+    assert sum(end.startswith(b"HTTP/1.1 503") for end in ends) >= 4, "connections over the cap were not refused"
+    assert status == 200
