@@ -150,5 +150,13 @@ async def _stop(server: _Quiet, task: asyncio.Task[None]) -> None:
 
 async def _abandon(task: asyncio.Task[None]) -> None:
     task.cancel()
-    with contextlib.suppress(asyncio.CancelledError, Exception):
+    try:
         await task
+    except asyncio.CancelledError:
+        # The server task's cancellation is ours to expect; the caller's own (the preflight was
+        # cancelled meanwhile) must go on up.
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise
+    except Exception:  # the server's own failure changes nothing about the preflight now
+        log.exception("the abandoned preflight listener failed")

@@ -4,6 +4,7 @@ and closed however the preflight ends."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import httpx
 import pytest
@@ -126,3 +127,30 @@ def test_request_heads_that_never_arrive_are_cut_and_capped_while_the_token_stil
     ends, status = asyncio.run(scenario())
     assert sum(end.startswith(b"HTTP/1.1 503") for end in ends) >= 4, "connections over the cap were not refused"
     assert status == 200
+
+
+def test_a_cancellation_arriving_while_the_listener_is_abandoned_is_not_swallowed() -> None:
+    """The server task's own CancelledError is expected; the preflight's must go through."""
+    from gateway.releases.candidate_listener import _abandon
+
+    async def scenario() -> bool:
+        stopping = asyncio.Event()
+
+        async def slow_to_stop() -> None:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                stopping.set()
+                await asyncio.sleep(0.2)  # a server shutdown that takes a moment
+                raise
+
+        server = asyncio.create_task(slow_to_stop())
+        await asyncio.sleep(0)
+        preflight = asyncio.create_task(_abandon(server))
+        await stopping.wait()
+        preflight.cancel()  # the preflight is cancelled while it abandons the listener
+        with contextlib.suppress(asyncio.CancelledError):
+            await preflight
+        return preflight.cancelled()
+
+    assert asyncio.run(scenario()), "the preflight's cancellation was swallowed"
