@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 
 import httpx
 import pytest
@@ -154,3 +155,29 @@ def test_a_cancellation_arriving_while_the_listener_is_abandoned_is_not_swallowe
         return preflight.cancelled()
 
     assert asyncio.run(scenario()), "the preflight's cancellation was swallowed"
+
+
+def test_a_request_cut_off_when_the_listener_closes_is_not_logged_as_an_application_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The smoke run timed out: its requests still running are cancelled, which is expected."""
+
+    async def scenario() -> None:
+        entered = asyncio.Event()
+
+        async def hanging(scope: Scope, receive: Receive, send: Send) -> None:
+            entered.set()
+            await asyncio.Event().wait()
+
+        async with serve_once(hanging) as listener:
+            client = asyncio.create_task(get(listener, f"Bearer {listener.token}"))
+            await entered.wait()
+        client.cancel()
+        with contextlib.suppress(asyncio.CancelledError, httpx.HTTPError):
+            await client
+
+    caplog.set_level(logging.INFO)
+    asyncio.run(scenario())
+    tracebacks = [r for r in caplog.records if r.levelno >= logging.ERROR and r.exc_info]
+    assert tracebacks == [], [r.getMessage() for r in tracebacks]
+    assert "cancelled" in caplog.text
