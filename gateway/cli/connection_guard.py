@@ -10,6 +10,7 @@ connections; after that, an authenticated client is bounded by its quotas and th
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -25,14 +26,19 @@ class _Pending:
         self.count = 0
 
 
-def guarded_protocol(header_timeout_s: float, max_pending: int) -> type[HttpToolsProtocol]:
+def guarded_protocol(
+    header_timeout_s: float, max_pending: int, logger: logging.Logger | None = None
+) -> type[HttpToolsProtocol]:
     """The httptools protocol of uvicorn, closing a connection whose request head does not arrive
-    within `header_timeout_s`, and refusing new connections while `max_pending` are waiting."""
+    within `header_timeout_s`, and refusing new connections while `max_pending` are waiting.
+    `logger`: where its connections and requests log (uvicorn's own log when None)."""
     pending = _Pending(max_pending)
 
     class GuardedProtocol(HttpToolsProtocol):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
+            if logger is not None:
+                self.logger = logger
             self._head_timer: asyncio.TimerHandle | None = None
             self._awaiting_head = False
 

@@ -13,17 +13,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import importlib.util
 import logging
 import secrets
 import socket
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from gateway.cli.connection_guard import guarded_protocol
 from gateway.http.errors import error_body
 
 log = logging.getLogger(__name__)
@@ -31,12 +32,40 @@ log = logging.getLogger(__name__)
 _STARTUP_TIMEOUT_S = 10.0
 _SHUTDOWN_TIMEOUT_S = 5.0
 _GRACEFUL_S = 1  # requests still running when the smoke run is over are abandoned after this
+# Any local user can connect before the token is checked: request heads that do not arrive are cut,
+# and connections waiting for one capped, as on the gateway's own port. The smoke run itself keeps
+# two requests open at a time.
+_HEADER_TIMEOUT_S = 10.0
+_MAX_PENDING = 16
+_MAX_CONCURRENCY = 32
 
 
 @dataclass(frozen=True, slots=True)
 class Listener:
     base_url: str  # http://127.0.0.1:PORT/v1
-    token: str  # the one bearer token it accepts
+    token: str = field(repr=False)  # the one bearer token it accepts: kept out of logs and tracebacks
+
+
+class ListenerNotStarted(Exception):
+    """The listener could not be opened or its server did not come up; the message says why."""
+
+
+class _ServerLog(logging.Logger):
+    """uvicorn's log of this listener's requests. uvicorn cancels a request still running when
+    the listener closes and logs that as an application error with its traceback: here it is the
+    expected end of a smoke request the preflight no longer waits for (a timed-out smoke run)."""
+
+    def error(self, msg: Any, *args: Any, **kwargs: Any) -> None:
+        if isinstance(kwargs.get("exc_info"), asyncio.CancelledError):
+            self.info("a request still running when the preflight listener closed was cancelled")
+            return
+        super().error(msg, *args, **kwargs)
+
+
+def _server_log() -> logging.Logger:
+    server_log = _ServerLog(f"{__name__}.server")
+    server_log.parent = log  # not registered with logging: one per listener, gone with it
+    return server_log
 
 
 class _Quiet(uvicorn.Server):
@@ -81,11 +110,15 @@ async def serve_once(app: ASGIApp) -> AsyncIterator[Listener]:
     token = secrets.token_urlsafe(32)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(64)
+        try:
+            sock.bind(("127.0.0.1", 0))
+            sock.listen(64)
+        except OSError as error:
+            raise ListenerNotStarted(f"127.0.0.1: {error}") from error
         config = uvicorn.Config(
             _guarded(app, token),
-            http="httptools" if importlib.util.find_spec("httptools") else "h11",
+            http=guarded_protocol(_HEADER_TIMEOUT_S, _MAX_PENDING, _server_log()),
+            limit_concurrency=_MAX_CONCURRENCY,
             ws="none",
             lifespan="off",
             log_level=None,  # the gateway's logging stays as it is
@@ -113,9 +146,9 @@ async def _started(server: _Quiet, task: asyncio.Task[None]) -> None:
     finally:
         ready.cancel()
     if not server.ready.is_set():
-        if task.done():
-            task.result()  # raises what stopped it
-        raise RuntimeError(f"the preflight listener did not start within {_STARTUP_TIMEOUT_S:g}s")
+        if task.done() and task.exception() is not None:
+            raise ListenerNotStarted(repr(task.exception())) from task.exception()
+        raise ListenerNotStarted(f"not serving within {_STARTUP_TIMEOUT_S:g}s")
 
 
 async def _stop(server: _Quiet, task: asyncio.Task[None]) -> None:
@@ -136,5 +169,13 @@ async def _stop(server: _Quiet, task: asyncio.Task[None]) -> None:
 
 async def _abandon(task: asyncio.Task[None]) -> None:
     task.cancel()
-    with contextlib.suppress(asyncio.CancelledError, Exception):
+    try:
         await task
+    except asyncio.CancelledError:
+        # The server task's cancellation is ours to expect; the caller's own (the preflight was
+        # cancelled meanwhile) must go on up.
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise
+    except Exception:  # the server's own failure changes nothing about the preflight now
+        log.exception("the abandoned preflight listener failed")

@@ -10,6 +10,9 @@ that does not close inherited descriptors, and the gateway's listening socket is
 model server started by a hook kept the gateway's port after the gateway stopped. It gets its own
 session (a signal to the gateway's process group does not reach it) and writes its output to a
 file named in the gateway's log; its last lines go into the log and the refusal when it fails.
+
+On one engine a `lora` load is itself the traffic switch (clients address the adapter by name):
+a rollback refused after it loaded gives the name back what it held (`give_back`).
 """
 
 from __future__ import annotations
@@ -19,17 +22,28 @@ import logging
 import subprocess
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
+from gateway.releases.served import reported_root
 from gateway.settings import DeploymentSettings, LoadHook, LoadHookKind
 
 log = logging.getLogger(__name__)
 
 _POLL_S = 0.2
 _TAIL_BYTES = 600
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedAdapter:
+    """An adapter loaded in place by a rollback, and what its name held before (None: nothing)."""
+
+    deployment: DeploymentSettings
+    hook: LoadHook
+    previous: str | None
 
 
 async def bring_up(
@@ -94,12 +108,39 @@ async def _load_lora(deployment: DeploymentSettings, hook: LoadHook, checkpoint_
     # In place: clients address the adapter by its name, so the release's weights replace whatever
     # the name holds (vLLM refuses a loaded name otherwise: "has already been loaded").
     body = {"lora_name": hook.lora_name or deployment.model, "lora_path": checkpoint_path, "load_inplace": True}
+    return await _post(deployment, hook, "load_lora_adapter", body)
+
+
+async def _post(deployment: DeploymentSettings, hook: LoadHook, action: str, body: dict[str, object]) -> str | None:
     headers = {"Authorization": f"Bearer {deployment.api_key}"} if deployment.api_key else {}
     try:
         async with httpx.AsyncClient(timeout=hook.timeout_s) as client:
-            reply = await client.post(f"{deployment.api_base}/load_lora_adapter", json=body, headers=headers)
+            reply = await client.post(f"{deployment.api_base}/{action}", json=body, headers=headers)
     except httpx.HTTPError as error:
-        return f"deployment {deployment.name}: load_lora_adapter failed: {error!r}"
+        return f"deployment {deployment.name}: {action} failed: {error!r}"
     if reply.status_code >= 400:
-        return f"deployment {deployment.name}: load_lora_adapter answered {reply.status_code}: {reply.text[:200]}"
+        return f"deployment {deployment.name}: {action} answered {reply.status_code}: {reply.text[:200]}"
     return None
+
+
+async def give_back(loaded: Sequence[LoadedAdapter]) -> str:
+    """Load back what each name held before (unload it when it held nothing); say what each
+    deployment serves now, as its server reports it."""
+    said = []
+    for entry in loaded:
+        deployment = entry.deployment
+        if entry.previous is None:
+            problem = await _unload_lora(deployment, entry.hook)
+        else:
+            problem = await _load_lora(deployment, entry.hook, entry.previous)
+        if problem:
+            log.error("giving back what %s served before the rollback: %s", deployment.name, problem)
+        answered, now = await reported_root(deployment)
+        state = (now or "no adapter under its name") if answered else "an adapter it does not say (listing failed)"
+        said.append(f"deployment {deployment.name} now serves {state}" + (f" ({problem})" if problem else ""))
+    return "; ".join(said)
+
+
+async def _unload_lora(deployment: DeploymentSettings, hook: LoadHook) -> str | None:
+    body: dict[str, object] = {"lora_name": hook.lora_name or deployment.model}
+    return await _post(deployment, hook, "unload_lora_adapter", body)

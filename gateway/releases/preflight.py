@@ -1,7 +1,9 @@
 """The preflight of a release: everything that must hold before traffic may switch to it.
 
 The checkpoint's files match its manifest; each deployment is healthy (a rollback may bring one
-back with its load hook) and serves the pinned checkpoint (served.py); the eval set passes through
+back with its load hook: on one engine a LoRA load is the traffic switch, so hooks run only after
+the checkpoint verified and every other deployment is fine, and a later refusal gives back what
+the engines served) and serves the pinned checkpoint (served.py); the eval set passes through
 this gateway's own request path pinned to the candidate (candidate_path.py); a replay smoke run
 through the same path, served on a one-time local listener (candidate_listener.py), meets its
 SLOs. Every problem is named, not only the first.
@@ -10,6 +12,7 @@ SLOs. Every problem is named, not only the first.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,11 +22,13 @@ import orjson
 
 from gateway.errors import GatewayError
 from gateway.principal import Principal
-from gateway.releases.candidate_listener import serve_once
+from gateway.releases.candidate_listener import ListenerNotStarted, serve_once
 from gateway.releases.candidate_path import BASE_URL as CANDIDATE_BASE_URL
+from gateway.releases.load_hooks import LoadedAdapter, give_back
 from gateway.releases.load_hooks import bring_up as bring_up_deployment
-from gateway.releases.served import adapter_to_load, mismatches, served_roots
+from gateway.releases.served import Adapter, adapter_to_load, mismatches, served_root, served_roots
 from gateway.releases.smoke import run_smoke
+from gateway.settings import LoadHookKind
 
 if TYPE_CHECKING:
     import subprocess
@@ -31,6 +36,7 @@ if TYPE_CHECKING:
     from eval.runner import CaseResult, EvalResult
     from eval.sets import EvalSet
     from gateway.releases.candidate_path import CandidatePath
+    from gateway.routing.deployment import Deployment
     from gateway.routing.health import HealthMonitor
     from gateway.routing.router import ModelGroup
     from gateway.store.release_record import Release
@@ -57,11 +63,24 @@ class PreflightChecks:
         def _group(self, model: str) -> ModelGroup: ...
 
     async def preflight(
-        self, record: Release, *, run_evals: bool, bring_up: bool = False, actor: Principal | None = None
+        self,
+        record: Release,
+        *,
+        run_evals: bool,
+        bring_up: bool = False,
+        actor: Principal | None = None,
+        loaded: list[LoadedAdapter] | None = None,
     ) -> Served:
         """Raise PreflightFailed naming every problem with this release; else return what each of
-        its deployments reports it serves (None: the server does not say)."""
-        problems = await self._checkpoint_problems(record) + await self._health_problems(record, bring_up)
+        its deployments reports it serves (None: the server does not say).
+
+        `bring_up` (a rollback): deployments are brought back only once every check that changes
+        nothing has passed. The adapters loaded in place go into `loaded`, for a caller that then
+        does not switch to give back; a refusal here gives them back itself and says so."""
+        loaded = [] if loaded is None else loaded
+        problems = await self._checkpoint_problems(record)
+        # Nothing is loaded into an engine from a checkpoint that does not verify.
+        problems += await self._health_problems(record, bring_up and not problems, loaded)
         serving: Served = {}
         if not problems:
             serving, mismatched = await self._served(record)
@@ -70,6 +89,9 @@ class PreflightChecks:
             problems += await self._eval_problems(record, actor)
         if not problems:
             problems += await self._smoke_problems(record, actor)
+        if problems and loaded:
+            problems.append(f"nothing switched: {await give_back(loaded)}")
+            loaded.clear()
         if problems:
             raise PreflightFailed(f"{record.model}@{record.version}: " + "; ".join(problems))
         return serving
@@ -93,36 +115,54 @@ class PreflightChecks:
         report = await asyncio.to_thread(verify, Path(pin.path), expected_digest=pin.manifest_digest)
         return [f"checkpoint {pin.version} {problem}" for problem in report.problems]
 
-    async def _health_problems(self, record: Release, bring_up: bool) -> list[str]:
+    async def _health_problems(self, record: Release, bring_up: bool, loaded: list[LoadedAdapter]) -> list[str]:
+        """Deployments that are not healthy (or, with `bring_up`, do not serve the release's
+        adapter); those with a load hook are brought back only if no other problem is left."""
         group = self._group(record.model)
         chosen = [d for d in group.deployments if d.name in record.deployments]
         results = await asyncio.gather(*(self._health.probe(d) for d in chosen))
-        problems = []
         pinned = record.checkpoint.path if record.checkpoint else None
+        problems: list[str] = []
+        to_bring_up = []
         for deployment, ok in zip(chosen, results, strict=True):
-            hook = deployment.settings.load_hook
-            if ok and not (bring_up and await adapter_to_load(deployment.settings, pinned)):
-                continue
-            if not (bring_up and hook):
-                problems.append(f"deployment {deployment.name} is not healthy")
-                continue
-            if not self.run_load_hooks:
-                state = "is not healthy" if not ok else "does not serve the release's adapter"
-                problems.append(
-                    f"deployment {deployment.name} {state} and its load hook runs only in the gateway:"
-                    " roll back through the gateway (gateway releases rollback --gateway URL, or the admin API)"
-                )
-                continue
-            problem = await bring_up_deployment(
-                deployment.settings,
-                hook,
-                pinned,
-                functools.partial(self._health.probe, deployment),
-                self.hook_processes,
+            adapter = await adapter_to_load(deployment.settings, pinned) if bring_up and ok else Adapter.SERVED
+            if adapter is Adapter.UNKNOWN:
+                problems.append(f"deployment {deployment.name} did not list its models: its adapter is unknown")
+            elif not ok or adapter is Adapter.TO_LOAD:
+                problem = self._cannot_bring_up(deployment, ok, bring_up)
+                if problem:
+                    problems.append(problem)
+                else:
+                    to_bring_up.append(deployment)
+        if problems:
+            return problems  # a load hook changes what serves traffic: not for a refused rollback
+        return await self._bring_up(to_bring_up, pinned, loaded)
+
+    def _cannot_bring_up(self, deployment: Deployment, ok: bool, bring_up: bool) -> str | None:
+        if not (bring_up and deployment.settings.load_hook):
+            return f"deployment {deployment.name} is not healthy"
+        if not self.run_load_hooks:
+            state = "is not healthy" if not ok else "does not serve the release's adapter"
+            return (
+                f"deployment {deployment.name} {state} and its load hook runs only in the gateway:"
+                " roll back through the gateway (gateway releases rollback --gateway URL, or the admin API)"
             )
+        return None
+
+    async def _bring_up(
+        self, deployments: Sequence[Deployment], pinned: str | None, loaded: list[LoadedAdapter]
+    ) -> list[str]:
+        for deployment in deployments:
+            settings, hook = deployment.settings, deployment.settings.load_hook
+            if hook is None:
+                continue
+            if hook.kind is LoadHookKind.LORA:  # what the name holds now, to give back on a refusal
+                loaded.append(LoadedAdapter(settings, hook, await served_root(settings)))
+            probe = functools.partial(self._health.probe, deployment)
+            problem = await bring_up_deployment(settings, hook, pinned, probe, self.hook_processes)
             if problem:
-                problems.append(problem)
-        return problems
+                return [problem]  # the rollback is refused: bring up no more
+        return []
 
     async def _eval_problems(self, record: Release, actor: Principal | None) -> list[str]:
         pin = record.eval_set
@@ -170,7 +210,11 @@ class PreflightChecks:
             return []
         if self.candidate_path is not None and actor is not None:
             app = self.candidate_path.app(actor, record.version)
-            async with serve_once(app) as listener:
+            async with contextlib.AsyncExitStack() as stack:
+                try:
+                    listener = await stack.enter_async_context(serve_once(app))
+                except ListenerNotStarted as error:  # a refusal like any other: named and audited
+                    return [f"replay smoke run: the local listener did not start: {error}"]
                 problem = await run_smoke(smoke, listener.base_url, listener.token, record.model)
         else:
             # As for the eval cases: without a running gateway, the release's first deployment,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from enum import Enum
 from pathlib import PurePosixPath
 
 import httpx
@@ -30,30 +31,49 @@ def served_name(deployment: DeploymentSettings) -> str:
 
 async def served_root(deployment: DeploymentSettings) -> str | None:
     """The `root` the server reports for the deployment's model; None when it says nothing."""
+    _, root = await reported_root(deployment)
+    return root
+
+
+async def reported_root(deployment: DeploymentSettings) -> tuple[bool, str | None]:
+    """Whether the server answered its model listing, and the `root` it reports for the
+    deployment's model there (None: not listed, or listed without one)."""
     headers = {"Authorization": f"Bearer {deployment.api_key}"} if deployment.api_key else {}
     try:
         async with httpx.AsyncClient(timeout=_TIMEOUT_S) as client:
             reply = await client.get(f"{deployment.api_base}/models", headers=headers)
         models = reply.json().get("data") if reply.status_code == 200 else None
     except (httpx.HTTPError, ValueError, AttributeError):
-        return None  # unreachable or not JSON: the health check reports the deployment itself
+        return False, None  # unreachable or not JSON: the health check reports the deployment itself
+    if not isinstance(models, list):
+        return False, None
     name = served_name(deployment)
-    for entry in models if isinstance(models, list) else ():
+    for entry in models:
         if isinstance(entry, dict) and entry.get("id") == name and isinstance(entry.get("root"), str):
-            return str(entry["root"])
-    return None
+            return True, str(entry["root"])
+    return True, None
 
 
-async def adapter_to_load(deployment: DeploymentSettings, pinned: str | None) -> bool:
-    """True when a LoRA deployment's server does not serve the pinned adapter under its name.
+class Adapter(Enum):
+    SERVED = "served"  # the server lists the pinned adapter under the deployment's name
+    TO_LOAD = "to load"  # it lists another one, or none, under that name
+    UNKNOWN = "unknown"  # its model listing failed: what it holds cannot be told
+
+
+async def adapter_to_load(deployment: DeploymentSettings, pinned: str | None) -> Adapter:
+    """Whether a LoRA deployment's server must be told to load the pinned adapter under its name.
 
     A healthy engine says nothing about which adapter it holds: rolling back on one engine means
-    loading the old adapter into a server that is up, so the load hook must run for this too."""
+    loading the old adapter into a server that is up, so the load hook must run for this too. A
+    failed listing is not a reason to load: that would replace the adapter of a healthy engine
+    serving traffic on a transient error."""
     hook = deployment.load_hook
     if pinned is None or hook is None or hook.kind is not LoadHookKind.LORA:
-        return False
-    root = await served_root(deployment)
-    return root is None or not same_checkpoint(root, pinned)
+        return Adapter.SERVED
+    answered, root = await reported_root(deployment)
+    if not answered:
+        return Adapter.UNKNOWN
+    return Adapter.SERVED if root is not None and same_checkpoint(root, pinned) else Adapter.TO_LOAD
 
 
 async def served_roots(deployments: Sequence[DeploymentSettings]) -> dict[str, str | None]:

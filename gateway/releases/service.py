@@ -28,6 +28,7 @@ from gateway.releases.canary import CanaryMonitor
 from gateway.releases.canary_ops import CanaryOps
 from gateway.releases.candidate_path import CandidatePath
 from gateway.releases.history import rollback_target
+from gateway.releases.load_hooks import LoadedAdapter, give_back
 from gateway.releases.preflight import PreflightChecks, PreflightFailed, Served
 from gateway.routing.health import HealthMonitor
 from gateway.routing.router import ModelGroup, Router
@@ -186,10 +187,16 @@ class ReleaseService(PreflightChecks, CanaryOps):
         target = to_version or await self._previous(model)
         record = await self.release(model, target)
         # The old release passed its evals already; its deployments may need bringing back.
-        serving = await self._checked(
-            actor, "release.rollback", record, self.preflight(record, run_evals=False, bring_up=True, actor=actor)
-        )
-        result = await self._switch(actor, model, target, "release.rollback", reason, serving)
+        loaded: list[LoadedAdapter] = []
+        preflight = self.preflight(record, run_evals=False, bring_up=True, actor=actor, loaded=loaded)
+        serving = await self._checked(actor, "release.rollback", record, preflight)
+        try:
+            result = await self._switch(actor, model, target, "release.rollback", reason, serving)
+        except Conflict as lost:
+            if not loaded:
+                raise
+            # The adapters loaded for this rollback would serve under a release that is not active.
+            raise Conflict(f"{lost.message}; nothing switched: {await give_back(loaded)}") from None
         try:  # verified after the switch too; the switch stands either way, so report, not raise
             await self.preflight(record, run_evals=False, actor=actor)
         except PreflightFailed as problem:

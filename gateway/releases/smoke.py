@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping
@@ -42,23 +43,39 @@ async def run_smoke(smoke: SmokePin, base_url: str, api_key: str, model: str, sy
         if system_prompt:
             samples = _with_system_prompt(samples, system_prompt, Path(scratch) / "samples.jsonl")
         command, env = smoke_command(smoke, samples, base_url, api_key, model, out)
-        process = await asyncio.create_subprocess_exec(
-            *command, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
-        )
+        output_path = Path(scratch) / "output.log"
+        process = await asyncio.to_thread(_start, command, env, output_path)
         try:
             async with asyncio.timeout(_TIMEOUT_S):
-                output, _ = await process.communicate()
+                await asyncio.to_thread(process.wait)  # the kill below ends this thread's wait too
         except BaseException as stopped:  # timed out, or the preflight was cancelled: no orphan
-            if process.returncode is None:
+            if process.poll() is None:
                 process.kill()
-                await process.wait()
+                await asyncio.to_thread(process.wait)
             if isinstance(stopped, TimeoutError):
                 return f"did not finish within {_TIMEOUT_S:g}s"
             raise
         if not out.is_file():
+            output = output_path.read_bytes()
             tail = " / ".join(output.decode(errors="replace").strip().splitlines()[-_OUTPUT_LINES:])
             return f"the replay did not run (exit {process.returncode}): {tail}"
         return smoke_verdict(orjson.loads(out.read_bytes()), smoke.min_goodput)
+
+
+def _start(command: list[str], env: dict[str, str], output: Path) -> subprocess.Popen[bytes]:
+    # Not the event loop's subprocess support: under uvloop that keeps inheritable descriptors open,
+    # and the gateway's listening socket is one (a child outliving a crashed gateway held its port).
+    # Its own session: a signal to the gateway's process group is the gateway's.
+    with output.open("wb") as sink:
+        return subprocess.Popen(
+            command,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            close_fds=True,
+            start_new_session=True,
+        )
 
 
 def smoke_command(
@@ -81,8 +98,9 @@ def smoke_command(
 
 
 def _with_system_prompt(samples: Path, prompt: str, copy: Path) -> Path:
-    """A copy of `samples` (our JSONL) with `prompt` as the first message of each; the original
-    when it cannot be read, so that the replay reports why."""
+    """A copy of `samples` with `prompt` as the first message of each, in the shared format (it
+    keeps a sample's category and timestamp apart from its request); the original when it cannot
+    be read, so that the replay reports why."""
     from replay.samples import SampleError, load_samples
 
     try:
@@ -92,8 +110,11 @@ def _with_system_prompt(samples: Path, prompt: str, copy: Path) -> Path:
     system = {"role": "system", "content": prompt}
     lines = []
     for sample in loaded.samples:
-        line = {**sample.body, "messages": [system, *sample.body.get("messages", [])], "id": sample.id}
-        for meta in ("expect_finish_reason", "expect_tool_call"):
+        line: dict[str, Any] = {
+            "id": sample.id,
+            "body": {**sample.body, "messages": [system, *sample.body.get("messages", [])]},
+        }
+        for meta in ("category", "timestamp", "expect_finish_reason", "expect_tool_call"):
             if getattr(sample, meta) is not None:
                 line[meta] = getattr(sample, meta)
         lines.append(orjson.dumps(line))

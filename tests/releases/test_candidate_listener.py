@@ -4,6 +4,8 @@ and closed however the preflight ends."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 
 import httpx
 import pytest
@@ -94,3 +96,88 @@ def test_the_listener_is_closed_when_the_preflight_is_cancelled_or_fails() -> No
         asyncio.run(failing())
     assert len(opened) == 2
     assert all(refused(listener) for listener in opened)
+
+
+def test_the_listeners_token_does_not_appear_in_its_repr() -> None:
+    """A listener logged or shown in a traceback must not hand out the door's key."""
+    listener = Listener("http://127.0.0.1:1/v1", "secret-token-value")
+    assert "secret-token-value" not in repr(listener)
+    assert "http://127.0.0.1:1/v1" in repr(listener)
+
+
+def test_request_heads_that_never_arrive_are_cut_and_capped_while_the_token_still_gets_through(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Anyone on the machine can connect to the listener: half-open heads must not pile up."""
+    from gateway.releases import candidate_listener
+
+    monkeypatch.setattr(candidate_listener, "_HEADER_TIMEOUT_S", 0.5)
+
+    async def scenario() -> tuple[list[bytes], int]:
+        async with serve_once(recording_app([])) as listener:  # type: ignore[arg-type]
+            port = int(listener.base_url.split(":")[2].split("/")[0])
+            silent = [
+                await asyncio.open_connection("127.0.0.1", port) for _ in range(candidate_listener._MAX_PENDING + 4)
+            ]
+            async with asyncio.timeout(5):  # well past the head timeout: every one was cut by then
+                ends = [await reader.read() for reader, _ in silent]
+            for _, writer in silent:
+                writer.close()
+            return ends, (await get(listener, f"Bearer {listener.token}")).status_code
+
+    ends, status = asyncio.run(scenario())
+    assert sum(end.startswith(b"HTTP/1.1 503") for end in ends) >= 4, "connections over the cap were not refused"
+    assert status == 200
+
+
+def test_a_cancellation_arriving_while_the_listener_is_abandoned_is_not_swallowed() -> None:
+    """The server task's own CancelledError is expected; the preflight's must go through."""
+    from gateway.releases.candidate_listener import _abandon
+
+    async def scenario() -> bool:
+        stopping = asyncio.Event()
+
+        async def slow_to_stop() -> None:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                stopping.set()
+                await asyncio.sleep(0.2)  # a server shutdown that takes a moment
+                raise
+
+        server = asyncio.create_task(slow_to_stop())
+        await asyncio.sleep(0)
+        preflight = asyncio.create_task(_abandon(server))
+        await stopping.wait()
+        preflight.cancel()  # the preflight is cancelled while it abandons the listener
+        with contextlib.suppress(asyncio.CancelledError):
+            await preflight
+        return preflight.cancelled()
+
+    assert asyncio.run(scenario()), "the preflight's cancellation was swallowed"
+
+
+def test_a_request_cut_off_when_the_listener_closes_is_not_logged_as_an_application_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The smoke run timed out: its requests still running are cancelled, which is expected."""
+
+    async def scenario() -> None:
+        entered = asyncio.Event()
+
+        async def hanging(scope: Scope, receive: Receive, send: Send) -> None:
+            entered.set()
+            await asyncio.Event().wait()
+
+        async with serve_once(hanging) as listener:
+            client = asyncio.create_task(get(listener, f"Bearer {listener.token}"))
+            await entered.wait()
+        client.cancel()
+        with contextlib.suppress(asyncio.CancelledError, httpx.HTTPError):
+            await client
+
+    caplog.set_level(logging.INFO)
+    asyncio.run(scenario())
+    tracebacks = [r for r in caplog.records if r.levelno >= logging.ERROR and r.exc_info]
+    assert tracebacks == [], [r.getMessage() for r in tracebacks]
+    assert "cancelled" in caplog.text

@@ -5,8 +5,10 @@ import httpx
 import pytest
 
 from gateway.releases import served
-from gateway.releases.served import adapter_to_load, mismatches, same_checkpoint, served_name
+from gateway.releases.served import Adapter, adapter_to_load, mismatches, same_checkpoint, served_name
 from gateway.settings import DeploymentSettings
+
+LORA = {"kind": "lora", "lora_name": "tiny-ft"}
 
 
 def test_a_checkpoint_is_the_same_wherever_the_registry_is_mounted() -> None:
@@ -32,14 +34,14 @@ def test_a_lora_deployment_is_looked_up_by_its_adapter_name() -> None:
 @pytest.mark.parametrize(
     ("hook", "listed", "to_load"),
     [
-        ({"kind": "lora", "lora_name": "tiny-ft"}, {"tiny-ft": "/r/tiny-lora/step-2"}, True),  # another adapter
-        ({"kind": "lora", "lora_name": "tiny-ft"}, {}, True),  # none under the name
-        ({"kind": "lora", "lora_name": "tiny-ft"}, {"tiny-ft": "/mnt/tiny-lora/step-1"}, False),
-        ({"kind": "command", "command": ["true"]}, {"base": "/r/tiny-lora/step-2"}, False),  # not an adapter
+        (LORA, {"tiny-ft": "/r/tiny-lora/step-2"}, Adapter.TO_LOAD),  # another one
+        (LORA, {}, Adapter.TO_LOAD),  # none under the name
+        (LORA, {"tiny-ft": "/mnt/tiny-lora/step-1"}, Adapter.SERVED),
+        ({"kind": "command", "command": ["true"]}, {"base": "/r/tiny-lora/step-2"}, Adapter.SERVED),  # not an adapter
     ],
 )
 async def test_a_lora_deployment_needs_its_adapter_loaded_when_the_engine_lists_another(
-    monkeypatch: pytest.MonkeyPatch, hook: dict[str, Any], listed: dict[str, str], to_load: bool
+    monkeypatch: pytest.MonkeyPatch, hook: dict[str, Any], listed: dict[str, str], to_load: Adapter
 ) -> None:
     """An engine that is up says nothing about its adapters: /v1/models decides."""
     models = {"data": [{"id": name, "root": root} for name, root in {"base": "/r/base", **listed}.items()]}
@@ -47,4 +49,16 @@ async def test_a_lora_deployment_needs_its_adapter_loaded_when_the_engine_lists_
     monkeypatch.setattr(served.httpx, "AsyncClient", functools.partial(httpx.AsyncClient, transport=transport))
     deployment = DeploymentSettings(name="ft", api_base="http://127.0.0.1:1/v1", model="base", load_hook=hook)
     assert await adapter_to_load(deployment, "/r/tiny-lora/step-1") is to_load
-    assert await adapter_to_load(deployment, None) is False, "nothing pinned: nothing to load"
+    assert await adapter_to_load(deployment, None) is Adapter.SERVED, "nothing pinned: nothing to load"
+
+
+@pytest.mark.parametrize("reply", [httpx.Response(503, text="busy"), httpx.Response(200, text="not json")])
+async def test_an_engine_whose_listing_fails_is_not_reloaded_but_reported_unknown(
+    monkeypatch: pytest.MonkeyPatch, reply: httpx.Response
+) -> None:
+    """A transient /v1/models failure on a healthy engine must not trigger an in-place load."""
+    transport = httpx.MockTransport(lambda request: reply)
+    monkeypatch.setattr(served.httpx, "AsyncClient", functools.partial(httpx.AsyncClient, transport=transport))
+    hook = {"kind": "lora", "lora_name": "tiny-ft"}
+    deployment = DeploymentSettings(name="ft", api_base="http://127.0.0.1:1/v1", model="base", load_hook=hook)
+    assert await adapter_to_load(deployment, "/r/tiny-lora/step-1") is Adapter.UNKNOWN

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
+import os
+import socket
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -160,3 +164,54 @@ def test_a_direct_smoke_run_puts_the_releases_system_prompt_in_front_of_every_sa
     for body in bodies:
         assert body["messages"][0] == {"role": "system", "content": "You are v2."}, body
         assert body["messages"][1]["role"] == "user"
+
+
+def test_the_system_prompt_copy_keeps_each_samples_category_timestamp_and_expectations(tmp_path: Path) -> None:
+    from gateway.releases.smoke import _with_system_prompt
+    from replay.samples import load_samples
+
+    original = tmp_path / "samples.jsonl"
+    user = {"role": "user", "content": "hi"}
+    lines = [
+        {"id": "a", "category": "tools", "timestamp": 100.5, "body": {"messages": [user]}, "expect_tool_call": True},
+        {"id": "b", "timestamp": "2026-01-01T00:00:00Z", "messages": [user], "expect_finish_reason": "stop"},
+    ]
+    original.write_bytes(b"\n".join(orjson.dumps(line) for line in lines) + b"\n")
+    copy = _with_system_prompt(original, "You are v2.", tmp_path / "copy.jsonl")
+    before, after = load_samples(original).samples, load_samples(copy).samples
+    for old, new in zip(before, after, strict=True):
+        assert new.body["messages"] == [{"role": "system", "content": "You are v2."}, user]
+        assert {k: v for k, v in new.body.items() if k != "messages"} == {}, "sample metadata sent as request fields"
+        kept = ("id", "category", "timestamp", "expect_finish_reason", "expect_tool_call")
+        assert [getattr(new, k) for k in kept] == [getattr(old, k) for k in kept]
+
+
+def test_the_smoke_child_gets_its_own_session_and_no_inherited_socket_under_uvloop(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """uvloop's subprocess support keeps inheritable descriptors open: a smoke child outliving a
+    crashed gateway held the gateway's port (its listening socket is inheritable)."""
+    import uvloop
+
+    from gateway.releases import smoke as smoke_module
+
+    seen = tmp_path / "child.json"
+    probe = (
+        "import json, os; json.dump({'fds': os.listdir('/proc/self/fd'), 'sid': os.getsid(0), 'pid': os.getpid()},"
+        f" open({str(seen)!r}, 'w'))"
+    )
+    monkeypatch.setattr(smoke_module, "smoke_command", lambda *args: ([sys.executable, "-c", probe], dict(os.environ)))
+    listening = socket.socket()
+    listening.bind(("127.0.0.1", 0))
+    listening.listen(1)
+    listening.set_inheritable(True)  # as the gateway's own listening socket is
+    fd = listening.fileno()
+    try:
+        problem = uvloop.run(run_smoke(smoke(tmp_path), "http://127.0.0.1:9/v1", "", "sim-model"))
+    finally:
+        listening.close()
+    assert problem is not None
+    assert problem.startswith("the replay did not run (exit 0)"), problem
+    child = json.loads(seen.read_text())
+    assert child["sid"] == child["pid"] != os.getsid(0), "the smoke child leads its own session"
+    assert str(fd) not in child["fds"], "the smoke child inherited a listening socket"

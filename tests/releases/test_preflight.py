@@ -1,0 +1,262 @@
+"""A rollback's LoRA load is the traffic switch on its engine: it runs only after every check that
+changes nothing passed, and a rollback refused after it gives the engine back what it served."""
+
+from __future__ import annotations
+
+import functools
+import json
+import socket
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import httpx
+import pytest
+
+from checkpoints.registry import CheckpointRegistry
+from gateway.errors import Conflict
+from gateway.principal import Limits, Principal
+from gateway.releases.preflight import PreflightChecks, PreflightFailed
+from gateway.releases.service import ActiveReleases, ReleaseService
+from gateway.settings import DeploymentSettings, LoadHook, LoadHookKind
+from gateway.store.release_record import CheckpointPin, PromptPin, Release, SmokePin
+
+ADAPTER = "tiny-ft"
+
+
+class Engine:
+    """A vLLM engine as far as a rollback sees it: its adapter listing and in-place loads."""
+
+    def __init__(self, root: str | None, broken_by: str | None = None) -> None:
+        self.root = root
+        self.loads: list[str] = []
+        self.broken_by = broken_by  # loading this adapter leaves the engine unhealthy
+        self.listing_fails = False
+        self.up = True
+
+    def healthy(self) -> bool:
+        return self.up and (self.broken_by is None or self.root != self.broken_by)
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        action = request.url.path.rsplit("/", 1)[-1]
+        if action == "models" and self.listing_fails:
+            return httpx.Response(503, text="busy")
+        if action == "models":
+            listed = [{"id": ADAPTER, "root": self.root}] if self.root else []
+            return httpx.Response(200, json={"data": [{"id": "base", "root": "/base"}, *listed]})
+        body = json.loads(request.content)
+        if action == "load_lora_adapter":
+            self.loads.append(body["lora_path"])
+            self.root = body["lora_path"]
+        elif action == "unload_lora_adapter":
+            self.root = None
+        return httpx.Response(200, text="Success")
+
+
+class Checks(PreflightChecks):
+    def __init__(self, engines: dict[str, Engine], hooked: str) -> None:
+        hook = LoadHook(kind=LoadHookKind.LORA, lora_name=ADAPTER, timeout_s=0.5)
+        self.deployments = [
+            SimpleNamespace(
+                name=name,
+                engine=engine,
+                settings=DeploymentSettings(
+                    name=name,
+                    api_base=f"http://{name}.test/v1",
+                    model="base",
+                    load_hook=hook if name == hooked else None,
+                ),
+            )
+            for name, engine in engines.items()
+        ]
+        self._health = SimpleNamespace(probe=self._probe)  # type: ignore[assignment]
+        self.candidate_path = None
+        self.hook_processes = []
+        self.run_load_hooks = True
+
+    async def _probe(self, deployment: Any) -> bool:
+        return bool(deployment.engine.healthy())
+
+    def _group(self, model: str) -> Any:
+        return SimpleNamespace(deployments=self.deployments)
+
+
+@pytest.fixture
+def engines(monkeypatch: pytest.MonkeyPatch) -> dict[str, Engine]:
+    """Engines by host; every request of the hooks and the listings goes to them."""
+    found: dict[str, Engine] = {}
+
+    def route(request: httpx.Request) -> httpx.Response:
+        return found[request.url.host.removesuffix(".test")](request)
+
+    client = functools.partial(httpx.AsyncClient, transport=httpx.MockTransport(route))
+    monkeypatch.setattr(httpx, "AsyncClient", client)
+    return found
+
+
+def release(registry: CheckpointRegistry, version: str, deployments: tuple[str, ...]) -> Release:
+    entry = registry.get(version)
+    pin = CheckpointPin(version=version, path=entry.path, manifest_digest=entry.manifest_digest)
+    return Release(
+        model="m",
+        version=version,
+        deployments=deployments,
+        prompt=PromptPin(version="", system_prompt="", sha256=""),
+        created_at=0.0,
+        checkpoint=pin,
+    )
+
+
+@pytest.fixture
+def registry(tmp_path: Path) -> CheckpointRegistry:
+    registry = CheckpointRegistry(tmp_path / "registry")
+    for step in (100, 200):
+        path = tmp_path / "tiny-lora" / f"step-{step}"
+        path.mkdir(parents=True)
+        (path / "adapter_config.json").write_text('{"r": 8}')
+        (path / "adapter_model.safetensors").write_bytes(bytes([step % 256]) * 4096)
+        registry.register(path, "tiny-lora", step)
+    return registry
+
+
+def corrupt(path: Path) -> None:
+    path.write_bytes(b"corrupted")
+
+
+def path_of(registry: CheckpointRegistry, version: str) -> str:
+    return registry.get(version).path
+
+
+async def test_a_rollback_to_a_checkpoint_that_fails_verification_never_loads_it(
+    engines: dict[str, Engine], registry: CheckpointRegistry
+) -> None:
+    serving = path_of(registry, "tiny-lora@200")
+    engines["ft"] = Engine(serving)
+    corrupt(Path(path_of(registry, "tiny-lora@100"), "adapter_model.safetensors"))
+    with pytest.raises(PreflightFailed, match="checkpoint tiny-lora@100"):
+        await Checks(engines, hooked="ft").preflight(
+            release(registry, "tiny-lora@100", ("ft",)), run_evals=False, bring_up=True
+        )
+    assert engines["ft"].loads == [], "a checkpoint that failed verification was loaded into the engine"
+    assert engines["ft"].root == serving
+
+
+async def test_a_rollback_refused_for_another_unhealthy_deployment_never_loads(
+    engines: dict[str, Engine], registry: CheckpointRegistry
+) -> None:
+    serving = path_of(registry, "tiny-lora@200")
+    engines["ft"] = Engine(serving)
+    engines["down"] = Engine(None)
+    engines["down"].up = False
+    with pytest.raises(PreflightFailed, match="deployment down is not healthy"):
+        await Checks(engines, hooked="ft").preflight(
+            release(registry, "tiny-lora@100", ("ft", "down")), run_evals=False, bring_up=True
+        )
+    assert engines["ft"].loads == []
+    assert engines["ft"].root == serving
+
+
+async def test_a_rollback_refused_after_its_load_gives_the_engine_back_its_adapter_and_says_so(
+    engines: dict[str, Engine], registry: CheckpointRegistry
+) -> None:
+    serving, target = path_of(registry, "tiny-lora@200"), path_of(registry, "tiny-lora@100")
+    engines["ft"] = Engine(serving, broken_by=target)  # the target's adapter leaves it unhealthy
+    with pytest.raises(PreflightFailed) as refused:
+        await Checks(engines, hooked="ft").preflight(
+            release(registry, "tiny-lora@100", ("ft",)), run_evals=False, bring_up=True
+        )
+    assert engines["ft"].loads == [target, serving]
+    assert engines["ft"].root == serving
+    assert f"deployment ft now serves {serving}" in refused.value.message, refused.value.message
+
+
+async def test_a_refused_rollback_unloads_an_adapter_the_name_did_not_hold_before(
+    engines: dict[str, Engine], registry: CheckpointRegistry
+) -> None:
+    target = path_of(registry, "tiny-lora@100")
+    engines["ft"] = Engine(None, broken_by=target)
+    with pytest.raises(PreflightFailed) as refused:
+        await Checks(engines, hooked="ft").preflight(
+            release(registry, "tiny-lora@100", ("ft",)), run_evals=False, bring_up=True
+        )
+    assert engines["ft"].root is None
+    assert "deployment ft now serves no adapter under its name" in refused.value.message
+
+
+async def test_a_rollback_whose_engine_cannot_list_its_adapters_loads_nothing(
+    engines: dict[str, Engine], registry: CheckpointRegistry
+) -> None:
+    serving = path_of(registry, "tiny-lora@200")
+    engines["ft"] = Engine(serving)
+    engines["ft"].listing_fails = True
+    with pytest.raises(PreflightFailed, match="did not list its models"):
+        await Checks(engines, hooked="ft").preflight(
+            release(registry, "tiny-lora@100", ("ft",)), run_evals=False, bring_up=True
+        )
+    assert engines["ft"].loads == []
+
+
+class LosingSwitch(ReleaseService):
+    """Another switch keeps landing first: the compare-and-set is lost."""
+
+    async def _switch(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        raise Conflict("m: the active release keeps changing; try again")
+
+
+async def test_a_rollback_that_loses_its_switch_gives_the_engine_back_its_adapter(
+    engines: dict[str, Engine], registry: CheckpointRegistry
+) -> None:
+    serving, target = path_of(registry, "tiny-lora@200"), path_of(registry, "tiny-lora@100")
+    engines["ft"] = Engine(serving)
+    checks = Checks(engines, hooked="ft")
+    record = release(registry, "tiny-lora@100", ("ft",))
+
+    async def release_get(model: str, version: str) -> Release:
+        return record
+
+    router = SimpleNamespace(groups={"m": checks._group("m")})
+    store = SimpleNamespace(release_get=release_get)
+    service = LosingSwitch(store, None, router, checks._health, None, ActiveReleases())  # type: ignore[arg-type]
+    admin = Principal("key_admin", "*", frozenset({"admin"}), frozenset(), Limits(), all_tenants=True)
+    with pytest.raises(Conflict) as lost:
+        await service.rollback(admin, "m", to_version="tiny-lora@100")
+    assert engines["ft"].loads == [target, serving]
+    assert engines["ft"].root == serving
+    assert f"deployment ft now serves {serving}" in lost.value.message, lost.value.message
+
+
+class Unbindable:
+    """A socket the kernel will not bind (every port taken, or no loopback)."""
+
+    def __init__(self, *args: Any) -> None:
+        pass
+
+    def bind(self, address: Any) -> None:
+        raise OSError(98, "Address already in use")
+
+    def close(self) -> None:
+        pass
+
+
+async def test_a_preflight_listener_that_cannot_start_is_a_named_refusal_not_a_crash(
+    engines: dict[str, Engine], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A refusal (PreflightFailed) is what gets audited; any other error was a bare 500."""
+    from gateway.releases import candidate_listener
+
+    unbindable = SimpleNamespace(socket=Unbindable, AF_INET=socket.AF_INET, SOCK_STREAM=socket.SOCK_STREAM)
+    monkeypatch.setattr(candidate_listener, "socket", unbindable)
+    engines["ft"] = Engine(None)
+    checks = Checks(engines, hooked="")
+    checks.candidate_path = SimpleNamespace(app=lambda actor, version: None)  # type: ignore[assignment]
+    record = Release(
+        model="m",
+        version="v2",
+        deployments=("ft",),
+        prompt=PromptPin(version="", system_prompt="", sha256=""),
+        created_at=0.0,
+        smoke=SmokePin(samples=str(tmp_path / "samples.jsonl"), count=1),
+    )
+    admin = Principal("key_admin", "*", frozenset({"admin"}), frozenset(), Limits(), all_tenants=True)
+    with pytest.raises(PreflightFailed, match=r"replay smoke run: the local listener did not start: .*in use"):
+        await checks.preflight(record, run_evals=False, actor=admin)
