@@ -168,7 +168,8 @@ class StoreCorrupt(GatewayError):
     and not 503: retrying gives the same answer until an operator repairs or deletes the record.
     The client is told which record (`what` and `key`, names the caller already knows) but never
     the record's content or the decoder's detail, which may quote it; those go to the log only
-    (`message`)."""
+    (`message`). A list with such a row fails the same way, naming it: a list silently short of a
+    row could mislead an operator (say, into a rollback to the wrong release)."""
 
     status = 500
     type = "api_error"
