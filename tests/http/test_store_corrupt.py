@@ -16,8 +16,10 @@ import pytest
 
 from gateway.app import create_app
 from gateway.auth import new_secret
+from gateway.errors import StoreCorrupt
 from gateway.settings import parse_settings
-from gateway.store.embedded import DB_FILE
+from gateway.store.embedded import DB_FILE, EmbeddedStore
+from gateway.store.session_record import SessionState
 
 SECRET = "do-not-quote-me"
 FAR = time.time() + 86_400
@@ -110,3 +112,27 @@ async def test_resuming_a_streaming_session_whose_state_lacks_what_a_takeover_ne
         write_raw(tmp_path, INSERT_SESSION, state, FAR)
         reply = await http.get("/v1/sessions/s1/stream", headers={"authorization": f"Bearer {chat_key}"})
         assert_corrupt(reply, "session")
+
+
+async def test_a_resumed_stream_whose_state_turns_malformed_mid_stream_ends_with_an_in_band_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    body = {"model": "sim-model", "messages": [{"role": "user", "content": "hi"}]}
+    state = {"status": "streaming", "shared": True, "model": "sim-model", "completion_id": "c1", "created": 1}
+    loads = 0
+    real_load = EmbeddedStore.session_load
+
+    async def load_then_corrupt(self: EmbeddedStore, tenant: str, session_id: str) -> SessionState | None:
+        nonlocal loads
+        loads += 1
+        if loads > 1:  # the reload when this replica takes the session over
+            raise StoreCorrupt("session state", session_id, "changed under the reader")
+        return await real_load(self, tenant, session_id)
+
+    async with served(tmp_path) as (http, chat_key):
+        write_raw(tmp_path, INSERT_SESSION, orjson.dumps({**state, "body": body}), FAR)
+        monkeypatch.setattr(EmbeddedStore, "session_load", load_then_corrupt)
+        reply = await http.get("/v1/sessions/s1/stream", headers={"authorization": f"Bearer {chat_key}"})
+        assert reply.status_code == 200
+        assert '"code":"store_record_corrupt"' in reply.text
+        assert reply.text.rstrip().endswith("data: [DONE]")
