@@ -151,6 +151,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
     releases = ReleaseService(store, audit, router, health, checkpoint_registry, active_releases)
     releases.on_canary_abort = telemetry.record_canary_abort
     release_watcher = ReleaseWatcher(store, releases, settings.releases.watch_interval_s)
+    release_watcher.on_corrupt = telemetry.record_release_corrupt
     checkpoint_watch = CheckpointWatch(active_releases, settings.releases.verify_interval_s)
 
     mcp = build_mcp(settings, policies, approvals, audit, quota, authenticator)

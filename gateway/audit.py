@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from gateway.errors import StoreUnavailable
+from gateway.errors import StoreCorrupt, StoreUnavailable
 from gateway.store.audit_batch import canonical
 from gateway.store.base import AuditHead, AuditRecord, AuditStore
 
@@ -141,8 +141,8 @@ async def verify_store(store: AuditStore, key: bytes = b"") -> Verdict:
     anchor = await store.audit_anchor()
     try:
         records = [r async for r in iterate(store, anchor.seq + 1)]
-    except ValueError as error:  # a stored record whose chain fields were broken: tampering too
-        return Verdict(False, 0, reason=f"a stored record is not an audit record: {error}")
+    except StoreCorrupt as error:  # a stored record whose chain fields were broken: tampering too
+        return Verdict(False, 0, reason=f"a stored record is not an audit record: {error.message}")
     verdict = verify_records(records, anchor, key)
     if not verdict.ok:
         return verdict

@@ -20,6 +20,7 @@ place that turns them into responses.
     ├── NoDeploymentAvailable       503  service_unavailable (every deployment open, unhealthy or full)
     ├── StoreUnavailable            503  service_unavailable (Redis or the SQLite file cannot be reached)
     │   └── StoreNotReached              the call never reached the store: nothing of it was applied
+    ├── StoreCorrupt                500  store_record_corrupt (a stored record does not decode)
     ├── DeadlineExceeded            504  timeout_error      (no first output within routing.deadline_s)
     └── UpstreamError               502  upstream_error     (one failed attempt at one deployment)
         ├── UpstreamConnectError         could not connect
@@ -159,6 +160,29 @@ class StoreUnavailable(GatewayError):
 class StoreNotReached(StoreUnavailable):
     """The call never reached the store (no connection could be had): nothing of it was applied.
     Any other StoreUnavailable may have been applied with its answer lost."""
+
+
+class StoreCorrupt(GatewayError):
+    """A record read back from the store does not decode (not JSON, or a field of the wrong type):
+    written by a foreign or broken writer, or edited by hand. A server-side data problem, so 500
+    and not 503: retrying gives the same answer until an operator repairs or deletes the record.
+    The client is told which record (`what` and `key`, names the caller already knows) but never
+    the record's content or the decoder's detail, which may quote it; those go to the log only
+    (`message`). A list with such a row fails the same way, naming it: a list silently short of a
+    row could mislead an operator (say, into a rollback to the wrong release)."""
+
+    status = 500
+    type = "api_error"
+    code = "store_record_corrupt"
+
+    def __init__(self, what: str, key: str, detail: str) -> None:
+        super().__init__(f"the stored {what} {key!r} is malformed: {detail[:300]}")
+        self.what = what
+        self.key = key
+
+    @property
+    def public_message(self) -> str:
+        return f"The gateway's stored {self.what} {self.key!r} is malformed; an operator must repair it"
 
 
 class DeadlineExceeded(GatewayError):

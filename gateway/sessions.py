@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 
 from gateway import sse
 from gateway.backends.base import Chunk, Usage
-from gateway.errors import Conflict, InvalidRequest, NotFound, StoreUnavailable
+from gateway.errors import Conflict, InvalidRequest, NotFound, StoreCorrupt, StoreUnavailable
 from gateway.http.errors import error_body, gateway_error_body, stream_failure
 from gateway.pipeline import Handler, RequestContext
 from gateway.principal import Principal
@@ -259,11 +259,26 @@ class SessionManager:
             raise NotFound(f"session '{session_id}' not found")
         if state.status != "streaming" and not await self._store.session_events(principal.tenant, session_id, 0, 1):
             raise NotFound(f"session '{session_id}' has no streamed response to resume")
+        if state.status == "streaming":
+            # Checked now, while the client can still get an error status: a takeover needs these.
+            _takeover_fields(state, session_id)
         return self._from_store(principal, session_id, state, after_seq)
 
     async def _from_store(
         self, principal: Principal, session_id: str, state: SessionState, after_seq: int
     ) -> AsyncIterator[bytes]:
+        frames = self._stored_frames(principal, session_id, state, after_seq)
+        async with contextlib.aclosing(frames):
+            try:
+                async for frame in frames:
+                    yield frame
+            except Exception as exc:  # noqa: BLE001 (headers are sent: the client gets an in-band end)
+                yield sse.event(gateway_error_body(stream_failure(exc)))
+                yield sse.DONE
+
+    async def _stored_frames(
+        self, principal: Principal, session_id: str, state: SessionState, after_seq: int
+    ) -> AsyncGenerator[bytes, None]:
         seq = after_seq
         while True:
             events = await self._store.session_events(principal.tenant, session_id, seq, _PAGE)
@@ -298,12 +313,13 @@ class SessionManager:
         recorded = await self._all_events(principal.tenant, session_id)
         text = "".join(content_of(payload) for _, payload in recorded)
         chunks_sent = sum(1 for _, payload in recorded if content_of(payload))
+        completion_id, created, model, body = _takeover_fields(state, session_id)
         ctx = RequestContext(
             request_id=state.request_id or f"takeover-{secrets.token_hex(6)}",
-            completion_id=_required(state.completion_id, "completion_id"),
-            created=_required(state.created, "created"),
-            model=_required(state.model, "model"),
-            body=_required(state.body, "body"),
+            completion_id=completion_id,
+            created=created,
+            model=model,
+            body=body,
             stream=True,
             include_usage=state.include_usage,
             principal=principal,
@@ -461,11 +477,21 @@ def _state_of(ctx: RequestContext, owner: str) -> SessionState:
     )
 
 
-def _required(value: T | None, name: str) -> T:
-    """A streaming session's state always has what a takeover needs; one without it is corrupt."""
-    if value is None:
-        raise ValueError(f"a streaming session's state has no {name}")
-    return value
+def _takeover_fields(state: SessionState, session_id: str) -> tuple[str, int, str, dict[str, Any]]:
+    """A streaming session's state always has what a takeover needs; one without it is corrupt:
+    its completion id, created time, model and request body."""
+
+    def required(value: T | None, name: str) -> T:
+        if value is None:
+            raise StoreCorrupt("session state", session_id, f"a streaming session's state has no {name}")
+        return value
+
+    return (
+        required(state.completion_id, "completion_id"),
+        required(state.created, "created"),
+        required(state.model, "model"),
+        required(state.body, "body"),
+    )
 
 
 class AssignSession:

@@ -106,6 +106,11 @@ class Instruments:
             unit="{canary}",
             description="canaries ended automatically because the candidate breached a threshold",
         )
+        self.release_records_corrupt = meter.create_counter(
+            "gateway.release.records_corrupt",
+            unit="{record}",
+            description="malformed release or canary records the release watcher found (the model kept its release)",
+        )
         self.checkpoint_duration = meter.create_histogram(
             "gateway.session.checkpoint.duration",
             unit="s",
@@ -257,6 +262,9 @@ class Telemetry:
 
     def record_canary_abort(self, model: str, version: str) -> None:
         self.instruments.canary_aborted.add(1, {"gen_ai.request.model": model, "version": version})
+
+    def record_release_corrupt(self, model: str) -> None:
+        self.instruments.release_records_corrupt.add(1, {"gen_ai.request.model": model})
 
     def record_checkpoint(self, seconds: float, sessions: int) -> None:
         # One store call writes every live session's news: `sessions` is not a label (unbounded).

@@ -13,6 +13,7 @@ import orjson
 
 from gateway.audit import Verdict, check_head, head_mark, iterate, verify_records
 from gateway.cli.context import CliContext, config_option, run
+from gateway.errors import StoreCorrupt
 from gateway.store.audit_batch import canonical
 from gateway.store.base import AuditHead, AuditRecord
 
@@ -106,8 +107,8 @@ def verify_command(
         anchor = await ctx.store.audit_anchor()
         try:
             return [r async for r in iterate(ctx.store, anchor.seq + 1)], anchor, head
-        except ValueError as error:  # a stored record whose chain fields were broken
-            click.echo(f"store: TAMPERED: a stored record is not an audit record: {error}", err=True)
+        except StoreCorrupt as error:  # a stored record whose chain fields were broken
+            click.echo(f"store: TAMPERED: a stored record is not an audit record: {error.message}", err=True)
             sys.exit(1)
 
     records, anchor, head = run(config_path, work)

@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from common.problems import key_path
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, StoreCorrupt
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,8 @@ def stream_failure(exc: Exception) -> GatewayError:
     """What a stream that failed after its first chunk tells its client, in band: a GatewayError
     as it is; anything else is a bug, logged with its traceback and told as an internal error (the
     in-band 500). Both stream writers use it: the session producer and the sessionless stream."""
+    if isinstance(exc, StoreCorrupt):
+        log.error("a stream failed after its first chunk: %s", exc.message)
     if isinstance(exc, GatewayError):
         return exc
     log.error("a stream failed after its first chunk", exc_info=exc)
@@ -51,8 +53,11 @@ def gateway_error_response(error: GatewayError) -> Response:
     return _json(error.status, gateway_error_body(error), error.headers())
 
 
-async def _on_gateway_error(_: Request, exc: Exception) -> Response:
+async def _on_gateway_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, GatewayError)
+    if isinstance(exc, StoreCorrupt):
+        # The operator's cue: which record and why (the client is told which record only).
+        log.error("%s %s: %s", request.method, request.url.path, exc.message)
     return gateway_error_response(exc)
 
 

@@ -190,12 +190,13 @@ def check_status(status: str | None) -> None:
         raise ValueError(f"an approval status is one of {', '.join(STATUSES)}, not {status!r}")
 
 
-def read(record: bytes | str, decision: bytes | str | None, state: str) -> Approval:
+def read(record: bytes | str, decision: bytes | str | None, state: str, key: str) -> Approval:
     """The approval as callers see it. `state`: DECIDED (then `decision` is its JSON), PENDING
-    or EXPIRED (by the store's clock)."""
-    approval = fields.json_object(orjson.loads(record), "a stored approval")
-    if state == DECIDED and decision:
-        approval.update(fields.json_object(orjson.loads(decision), "a stored decision"))
-    elif state == EXPIRED:
-        approval["status"] = "expired"
-    return Approval.from_dict(approval)
+    or EXPIRED (by the store's clock). A malformed one is StoreCorrupt naming `key`."""
+    with fields.stored("approval", key):
+        approval = fields.json_object(orjson.loads(record), "a stored approval")
+        if state == DECIDED and decision:
+            approval.update(fields.json_object(orjson.loads(decision), "a stored decision"))
+        elif state == EXPIRED:
+            approval["status"] = "expired"
+        return Approval.from_dict(approval)

@@ -1,11 +1,19 @@
 """Reading a stored JSON object into a typed record: each field checked once, at the seam, so that
 a malformed or foreign record fails here (ValueError naming the field) and not as a KeyError deep in
-a consumer. Used by every record's `from_dict`."""
+a consumer. Used by every record's `from_dict`.
+
+The records themselves raise ValueError (they also read files and arguments); a store reads back
+under `stored`, which turns it into StoreCorrupt: a typed error the HTTP layer answers and the
+release watcher survives, where a bare ValueError was a 500 or a dead task."""
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 from typing import Any
+
+from gateway.errors import StoreCorrupt
 
 
 def text(raw: dict[str, Any], name: str, what: str, default: str | None = None) -> str:
@@ -57,3 +65,12 @@ def names(raw: dict[str, Any], name: str, what: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ValueError(f"{what}'s {name} must be a list of names, not {value!r}")
     return tuple(value)
+
+
+@contextlib.contextmanager
+def stored(what: str, key: str) -> Iterator[None]:
+    """Decoding a record read back from the store: a malformed one is StoreCorrupt naming it."""
+    try:
+        yield
+    except ValueError as error:  # orjson's JSONDecodeError is one too
+        raise StoreCorrupt(what, key, str(error)) from None

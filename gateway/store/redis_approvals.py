@@ -16,8 +16,8 @@ def _text(raw: bytes | str) -> str:
     return raw.decode() if isinstance(raw, bytes) else raw
 
 
-def _read(record: bytes | str, decision: bytes | str, state: bytes | str) -> Approval:
-    return approvals.read(record, decision or None, _text(state))
+def _read(key: str, record: bytes | str, decision: bytes | str, state: bytes | str) -> Approval:
+    return approvals.read(record, decision or None, _text(state), key)
 
 
 class RedisApprovals:
@@ -52,7 +52,7 @@ class RedisApprovals:
     async def get(self, tenant: str, approval_id: str) -> Approval | None:
         with unavailable("approval_get"):
             raw = await self._get(keys=self._record_keys(), args=[keys.approval_member(tenant, approval_id)])
-        return None if raw is None else _read(*raw)
+        return None if raw is None else _read(approval_id, *raw)
 
     async def decide(self, tenant: str, approval_id: str, decision: Decision) -> tuple[bool, Approval | None]:
         blob = approvals.check_decision(decision)
@@ -62,7 +62,7 @@ class RedisApprovals:
         if raw is None:
             return False, None
         won, *stored = raw
-        return bool(won), _read(*stored)
+        return bool(won), _read(approval_id, *stored)
 
     async def redeem(self, tenant: str, approval_id: str) -> bool:
         args = [keys.approval_member(tenant, approval_id)]
@@ -77,4 +77,4 @@ class RedisApprovals:
         names = [index, *self._record_keys()]
         with unavailable("approval_list"):
             raw = await self._list(keys=names, args=[status or "", limit, keys.APPROVAL_LIST_CHUNK])
-        return [_read(*raw[i : i + 3]) for i in range(0, len(raw), 3)]
+        return [_read("in a list", *raw[i : i + 3]) for i in range(0, len(raw), 3)]

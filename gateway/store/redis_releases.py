@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from gateway.store import keys
 from gateway.store import release_record as releases
+from gateway.store.fields import stored
 from gateway.store.redis_common import Client, script, unavailable
 from gateway.store.release_record import Canary, HistoryEntry, Release
 
@@ -40,7 +41,10 @@ class RedisReleases:
     async def get(self, model: str, version: str) -> Release | None:
         with unavailable("release_get"):
             raw = await self._redis.hget(self._keys.records, keys.release_member(model, version))
-        return None if raw is None else Release.from_json(raw)
+        if raw is None:
+            return None
+        with stored("release", f"{model}@{version}"):
+            return Release.from_json(raw)
 
     async def list_releases(self, model: str) -> list[Release]:
         names = [self._keys.records, keys.release_versions(self._prefix, model)]
@@ -48,7 +52,9 @@ class RedisReleases:
         member_prefix = keys.release_member(model, "")
         with unavailable("release_list"):
             raw = await self._list(keys=names, args=[member_prefix])
-        return [Release.from_json(record) for record in raw]
+        # The script answers records only: a malformed one is named by its model.
+        with stored("release list", model):
+            return [Release.from_json(record) for record in raw]
 
     async def active(self, model: str) -> tuple[str | None, int]:
         with unavailable("release_active"):
@@ -86,7 +92,8 @@ class RedisReleases:
             return []
         with unavailable("release_history"):
             raw = await self._redis.lrange(keys.release_history(self._prefix, model), 0, limit - 1)
-        return [HistoryEntry.from_json(entry) for entry in raw]
+        with stored("activation history", model):
+            return [HistoryEntry.from_json(entry) for entry in raw]
 
     async def generations(self) -> dict[str, int]:
         with unavailable("release_generations"):
@@ -96,7 +103,10 @@ class RedisReleases:
     async def canary(self, model: str) -> Canary | None:
         with unavailable("release_canary"):
             raw = await self._redis.hget(self._keys.canaries, model)
-        return None if raw is None else Canary.from_json(raw)
+        if raw is None:
+            return None
+        with stored("canary", model):
+            return Canary.from_json(raw)
 
     async def set_canary(self, model: str, canary: Canary | None, expected_generation: int) -> tuple[bool, int]:
         blob = releases.check_canary(model, canary, expected_generation)

@@ -13,6 +13,7 @@ from redis.asyncio.client import Pipeline
 
 from gateway.store import keys
 from gateway.store.base import SessionCheckpoint
+from gateway.store.fields import stored
 from gateway.store.redis_common import Client, ClusterClient, script, unavailable
 from gateway.store.session_batch import check_events, check_ttl
 from gateway.store.session_record import SessionState
@@ -47,7 +48,8 @@ class RedisSessions:
             raw = await self._redis.get(self._keys(tenant, session_id).state)
         if raw is None:
             return None
-        return SessionState.from_json(raw)
+        with stored("session state", session_id):
+            return SessionState.from_json(raw)
 
     async def append(self, tenant: str, session_id: str, events: list[tuple[int, bytes]], ttl_s: float) -> None:
         check_ttl(ttl_s)

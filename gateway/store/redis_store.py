@@ -34,6 +34,7 @@ from gateway.store.base import (
     ScopeUsage,
     SessionCheckpoint,
 )
+from gateway.store.fields import stored
 from gateway.store.redis_approvals import RedisApprovals
 from gateway.store.redis_common import Client, ClusterClient, script, unavailable
 from gateway.store.redis_releases import RedisReleases
@@ -219,7 +220,8 @@ class RedisStore:
         start = keys.stream_id(max(first_seq, 0))
         with unavailable("audit_range"):
             entries = await self._redis.xrange(keys.audit_stream(self._prefix), min=start, count=limit)
-        return [AuditRecord.from_json(fields[b"r"]) for _, fields in entries or [] if fields]
+        with stored("audit record", f"from seq {first_seq}"):
+            return [AuditRecord.from_json(fields[b"r"]) for _, fields in entries or [] if fields]
 
     async def audit_trim(self, before_seq: int, anchor: AuditHead) -> None:
         with unavailable("audit_trim"):

@@ -68,8 +68,8 @@ WHERE tenant = :tenant AND id = :id AND status = 'pending' AND expires_at > :now
 """
 
 
-def _read(row: tuple[Any, ...] | None) -> approvals.Approval | None:
-    return None if row is None else approvals.read(row[0], row[1], row[2])
+def _read(row: tuple[Any, ...] | None, key: str) -> approvals.Approval | None:
+    return None if row is None else approvals.read(row[0], row[1], row[2], key)
 
 
 def put(db: sqlite3.Connection, new: approvals.NewApproval, now: float) -> None:
@@ -91,7 +91,7 @@ def put(db: sqlite3.Connection, new: approvals.NewApproval, now: float) -> None:
 
 
 def get(db: sqlite3.Connection, tenant: str, approval_id: str, now: float) -> approvals.Approval | None:
-    return _read(db.execute(_GET, {"tenant": tenant, "id": approval_id, "now": now}).fetchone())
+    return _read(db.execute(_GET, {"tenant": tenant, "id": approval_id, "now": now}).fetchone(), approval_id)
 
 
 def decide(
@@ -101,7 +101,7 @@ def decide(
     with transaction(db, "BEGIN IMMEDIATE"):
         won = db.execute(_DECIDE, {**where, "status": status, "decision": decision}).rowcount == 1
         row = db.execute(_GET, where).fetchone()
-    return won, _read(row)
+    return won, _read(row, approval_id)
 
 
 _REDEEM = """
@@ -127,4 +127,4 @@ def list_approvals(
 ) -> list[approvals.Approval]:
     query = _LIST_ALL if tenant is None else _LIST_TENANT
     rows = db.execute(query, {"tenant": tenant, "status": status, "limit": limit, "now": now}).fetchall()
-    return [approvals.read(row[0], row[1], row[2]) for row in rows]
+    return [approvals.read(row[0], row[1], row[2], "in a list") for row in rows]

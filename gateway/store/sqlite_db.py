@@ -22,6 +22,7 @@ import orjson
 
 from gateway.store.audit_batch import AuditRecord, canonical
 from gateway.store.base import AuditHead, KeyRecord
+from gateway.store.fields import stored
 from gateway.store.sqlite_approvals import SCHEMA as APPROVALS_SCHEMA
 from gateway.store.sqlite_approvals import add_redeemed_column
 from gateway.store.sqlite_releases import SCHEMA as RELEASES_SCHEMA
@@ -159,7 +160,8 @@ class SqliteDb:
         rows = db.execute(
             "SELECT record FROM audit_records WHERE seq >= ? ORDER BY seq LIMIT ?", (first_seq, limit)
         ).fetchall()
-        return [AuditRecord.from_json(row[0]) for row in rows]
+        with stored("audit record", f"from seq {first_seq}"):
+            return [AuditRecord.from_json(row[0]) for row in rows]
 
     @staticmethod
     def audit_trim(db: sqlite3.Connection, before_seq: int, anchor: AuditHead) -> None:

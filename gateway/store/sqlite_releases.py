@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import sqlite3
 
+from gateway.store.fields import stored
 from gateway.store.release_record import HISTORY_CAP, Canary, HistoryEntry, NewRelease, Release
 from gateway.store.sqlite_tx import transaction
 
@@ -71,12 +72,20 @@ def put(db: sqlite3.Connection, new: NewRelease) -> bool:
 
 def get(db: sqlite3.Connection, model: str, version: str) -> Release | None:
     row = db.execute("SELECT record FROM releases WHERE model = ? AND version = ?", (model, version)).fetchone()
-    return None if row is None else Release.from_json(row[0])
+    if row is None:
+        return None
+    with stored("release", f"{model}@{version}"):
+        return Release.from_json(row[0])
 
 
 def list_releases(db: sqlite3.Connection, model: str) -> list[Release]:
-    rows = db.execute("SELECT record FROM releases WHERE model = ? ORDER BY created_at, version", (model,))
-    return [Release.from_json(row[0]) for row in rows.fetchall()]
+    rows = db.execute("SELECT version, record FROM releases WHERE model = ? ORDER BY created_at, version", (model,))
+    return [_release(model, version, record) for version, record in rows.fetchall()]
+
+
+def _release(model: str, version: str, record: bytes) -> Release:
+    with stored("release", f"{model}@{version}"):
+        return Release.from_json(record)
 
 
 def active(db: sqlite3.Connection, model: str) -> tuple[str | None, int]:
@@ -112,7 +121,8 @@ def history(db: sqlite3.Connection, model: str, limit: int) -> list[HistoryEntry
     rows = db.execute(
         "SELECT entry FROM release_history WHERE model = ? ORDER BY generation DESC LIMIT ?", (model, limit)
     )
-    return [HistoryEntry.from_json(row[0]) for row in rows.fetchall()]
+    with stored("activation history", model):
+        return [HistoryEntry.from_json(row[0]) for row in rows.fetchall()]
 
 
 def generations(db: sqlite3.Connection) -> dict[str, int]:
@@ -121,7 +131,10 @@ def generations(db: sqlite3.Connection) -> dict[str, int]:
 
 def canary(db: sqlite3.Connection, model: str) -> Canary | None:
     row = db.execute("SELECT canary FROM release_canary WHERE model = ?", (model,)).fetchone()
-    return None if row is None else Canary.from_json(row[0])
+    if row is None:
+        return None
+    with stored("canary", model):
+        return Canary.from_json(row[0])
 
 
 def set_canary(db: sqlite3.Connection, model: str, blob: bytes | None, expected: int) -> tuple[bool, int]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import sqlite3
 
 from gateway.store.base import SessionCheckpoint
+from gateway.store.fields import stored
 from gateway.store.session_batch import newer_events
 from gateway.store.session_record import SessionState
 from gateway.store.sqlite_tx import transaction
@@ -107,7 +108,8 @@ def load(db: sqlite3.Connection, tenant: str, session_id: str, now: float) -> Se
     row = db.execute(query, (tenant, session_id, now)).fetchone()
     if row is None or row[0] is None:
         return None
-    return SessionState.from_json(row[0])
+    with stored("session state", session_id):
+        return SessionState.from_json(row[0])
 
 
 def append(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from gateway.errors import StoreCorrupt
 from gateway.store import approval_record
 from gateway.store.approval_record import Approval, Decision
 
@@ -42,7 +43,7 @@ def test_an_approval_serializes_to_the_json_stored_before_records_were_typed() -
 
 
 def test_a_decided_approval_reads_back_as_the_record_with_its_decision_merged() -> None:
-    read = approval_record.read(orjson.dumps(STORED), orjson.dumps(DECIDED), approval_record.DECIDED)
+    read = approval_record.read(orjson.dumps(STORED), orjson.dumps(DECIDED), approval_record.DECIDED, "ap1")
     assert read.to_dict() == {**STORED, **DECIDED}
     decision = Decision("approved", decided_by="k2", decided_at=1010.0, decision_reason="ok", token="t")
     assert read == Approval.from_dict(STORED).decided(decision)
@@ -62,5 +63,6 @@ def test_an_approval_stored_before_excerpts_and_channels_reads_with_defaults() -
 
 @pytest.mark.parametrize(("field", "value"), [("tenant", None), ("expires_at", "soon"), ("excerpt", "text")])
 def test_a_malformed_stored_approval_is_refused_naming_the_field(field: str, value: object) -> None:
-    with pytest.raises(ValueError, match=field):
-        approval_record.read(orjson.dumps({**STORED, field: value}), None, approval_record.PENDING)
+    with pytest.raises(StoreCorrupt, match=field) as caught:
+        approval_record.read(orjson.dumps({**STORED, field: value}), None, approval_record.PENDING, "ap1")
+    assert caught.value.key == "ap1"

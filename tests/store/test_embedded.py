@@ -12,7 +12,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from gateway.errors import StoreUnavailable
+from gateway.errors import StoreCorrupt, StoreUnavailable
 from gateway.settings import EmbeddedStoreSettings
 from gateway.store.base import WINDOW_S, AuditHead, Limits, QuotaScope
 from gateway.store.embedded import DB_FILE, EmbeddedStore
@@ -189,5 +189,28 @@ async def test_releases_canaries_and_history_written_before_records_were_typed_r
         assert await store.release_list("m1") == [Release.from_dict(OLDEST_RELEASE)]
         assert await store.release_canary("m1") == Canary.from_dict(STORED_CANARY)
         assert await store.release_history("m1", 10) == [HistoryEntry.from_dict(STORED_ENTRY)]
+    finally:
+        await store.aclose()
+
+
+async def test_a_malformed_release_or_canary_reads_back_as_store_corrupt_naming_it(tmp_path: Path) -> None:
+    store = EmbeddedStore(EmbeddedStoreSettings(path=tmp_path / "data"))
+    assert await store.release_generations() == {}  # the schema exists
+    with sqlite3.connect(tmp_path / "data" / DB_FILE) as db:
+        db.execute("INSERT INTO releases VALUES ('m1', 'v2', 1.0, ?)", (b'{"model": "m1", "secret": 7',))
+        db.execute("INSERT INTO release_canary VALUES ('m1', ?)", (orjson.dumps({"version": 42}),))
+        db.execute("INSERT INTO release_history VALUES ('m1', 1, ?)", (b"[]",))
+    db.close()
+    try:
+        for read, key in [
+            (store.release_get("m1", "v2"), "m1@v2"),
+            (store.release_list("m1"), "m1@v2"),
+            (store.release_canary("m1"), "m1"),
+            (store.release_history("m1", 10), "m1"),
+        ]:
+            with pytest.raises(StoreCorrupt) as caught:
+                await read
+            assert caught.value.key == key
+            assert "secret" not in caught.value.public_message
     finally:
         await store.aclose()

@@ -5,9 +5,11 @@ from __future__ import annotations
 from dataclasses import astuple, replace
 
 import orjson
+import pytest
 import redis.asyncio as aioredis
 from redis.crc import key_slot
 
+from gateway.errors import StoreCorrupt
 from gateway.store import keys
 from gateway.store.redis_store import RedisStore
 from gateway.store.release_record import Canary, HistoryEntry, Release
@@ -68,3 +70,24 @@ async def test_releases_canaries_and_history_written_before_records_were_typed_r
     assert await store.release_get("m1", "v2") == Release.from_dict(OLDEST_RELEASE)
     assert await store.release_canary("m1") == Canary.from_dict(STORED_CANARY)
     assert await store.release_history("m1", 10) == [HistoryEntry.from_dict(STORED_ENTRY)]
+
+
+async def test_a_malformed_release_or_canary_reads_back_as_store_corrupt_naming_it(
+    store: RedisStore, prefix: str, client: aioredis.Redis
+) -> None:
+    names = keys.release_keys(prefix)
+    assert await store.release_put(release("v1"))
+    await client.hset(names.records, keys.release_member("m1", "v2"), b'{"model": "m1", "secret": 7')
+    await client.zadd(keys.release_versions(prefix, "m1"), {"v2": 2000.0})
+    await client.hset(names.canaries, "m1", orjson.dumps({"version": 42}))
+    await client.rpush(keys.release_history(prefix, "m1"), b"[]")
+    for read, key in [
+        (store.release_get("m1", "v2"), "m1@v2"),
+        (store.release_list("m1"), "m1"),
+        (store.release_canary("m1"), "m1"),
+        (store.release_history("m1", 10), "m1"),
+    ]:
+        with pytest.raises(StoreCorrupt) as caught:
+            await read
+        assert caught.value.key == key
+        assert "secret" not in caught.value.public_message

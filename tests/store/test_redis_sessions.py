@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from dataclasses import astuple
 
+import pytest
 import redis.asyncio as aioredis
 from redis.crc import key_slot
 
+from gateway.errors import StoreCorrupt
 from gateway.store import keys
 from gateway.store.redis_store import RedisStore
 from gateway.store.session_record import SessionState
@@ -57,3 +59,17 @@ async def test_session_scripts_are_reloaded_after_redis_forgets_them(store: Redi
     assert await store.session_claim("acme", "s1", "replica-a", 5)
     await store.session_release("acme", "s1", "replica-a")
     assert await store.session_events("acme", "s1", 0, 10) == [(1, b"a")]
+
+
+async def test_a_malformed_session_state_or_audit_record_reads_back_as_store_corrupt(
+    store: RedisStore, prefix: str, client: aioredis.Redis
+) -> None:
+    await client.set(keys.session_keys(prefix, "acme", "s1").state, b'{"status": "streaming", "secret"')
+    with pytest.raises(StoreCorrupt) as caught:
+        await store.session_load("acme", "s1")
+    assert (caught.value.what, caught.value.key) == ("session state", "s1")
+    assert "secret" not in caught.value.public_message
+    await client.xadd(keys.audit_stream(prefix), {"r": b"[1, 2]"}, id=keys.stream_id(1))
+    with pytest.raises(StoreCorrupt) as caught:
+        await store.audit_range(1, 10)
+    assert caught.value.what == "audit record"
