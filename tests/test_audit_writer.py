@@ -33,6 +33,16 @@ async def until(condition: Callable[[], bool], within_s: float = 10.0) -> None:
         await asyncio.sleep(0.01)
 
 
+def private_redis_store(port: int) -> RedisStore:
+    """A store on a private Redis that these tests stop and start: a stopped one refuses at once,
+    so reads get room (a loaded machine stalling a read is not what these tests are about)."""
+    return RedisStore(
+        RedisStoreSettings(
+            url=f"redis://127.0.0.1:{port}/0", key_prefix="agw-test", socket_timeout_s=3, connect_timeout_s=3
+        )
+    )
+
+
 async def records(store: Store) -> list[dict[str, object]]:
     return [r.to_dict() async for r in iterate(store)]
 
@@ -74,7 +84,7 @@ async def test_a_record_that_cannot_be_encoded_becomes_an_error_record_and_the_w
 
 async def test_records_queued_while_redis_is_down_are_written_when_it_is_back(tmp_path: Path) -> None:
     port = free_port()
-    store = RedisStore(RedisStoreSettings(url=f"redis://127.0.0.1:{port}/0", key_prefix="agw-test"))
+    store = private_redis_store(port)
     writer = writer_for(store, stuck_after_s=0.3)
     writer.start()
     try:
@@ -129,7 +139,7 @@ async def test_records_that_cannot_be_written_by_shutdown_are_counted_and_logged
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     port = free_port()  # nothing listens: the store is down for the whole test
-    store = RedisStore(RedisStoreSettings(url=f"redis://127.0.0.1:{port}/0", key_prefix="agw-test"))
+    store = private_redis_store(port)
     writer = writer_for(store, shutdown_wait_s=0.3)
     writer.start()
     for i in range(3):
@@ -144,7 +154,7 @@ async def test_records_that_cannot_be_written_by_shutdown_are_counted_and_logged
 
 async def test_a_full_queue_refuses_after_a_bounded_wait_instead_of_hanging(tmp_path: Path) -> None:
     port = free_port()
-    store = RedisStore(RedisStoreSettings(url=f"redis://127.0.0.1:{port}/0", key_prefix="agw-test"))
+    store = private_redis_store(port)
     writer = AuditWriter(store, queue_size=2, batch_size=10, flush_interval_s=0.0, reserve_wait_s=0.2)
     writer.start()
     try:
@@ -165,7 +175,7 @@ async def test_a_chain_that_went_back_is_reported_not_silently_continued(
     """A failover that lost replicated-late writes, or a store restored from an older backup,
     moves the head back: the writer says so (log and metric) before chaining onto it."""
     port = free_port()
-    store = RedisStore(RedisStoreSettings(url=f"redis://127.0.0.1:{port}/0", key_prefix="agw-test"))
+    store = private_redis_store(port)
     writer = writer_for(store)
     with redis_server(port, tmp_path):
         writer.start()

@@ -28,7 +28,10 @@ async def prefix() -> AsyncIterator[str]:
 
 @pytest.fixture
 async def store(prefix: str) -> AsyncIterator[RedisStore]:
-    store = RedisStore(RedisStoreSettings(url=REDIS_URL, key_prefix=prefix))
+    # These tests are about what is stored, not about failing fast (test_redis_unavailable's
+    # business): the shipped 0.25 s read timeout failed a script reload here twice in ~8 full
+    # runs on the loaded 2-core machine (CI included), so the fixture gives reads room.
+    store = RedisStore(RedisStoreSettings(url=REDIS_URL, key_prefix=prefix, socket_timeout_s=5, connect_timeout_s=5))
     yield store
     await store.aclose()
 

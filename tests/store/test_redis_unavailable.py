@@ -217,7 +217,11 @@ async def test_a_burst_beyond_the_pool_is_queued_not_refused() -> None:
     requests on a loaded machine): calls wait for a connection (`store.pool_wait_s`) instead of
     failing with 503. A 1 s wait turned 201 of 500 burst requests into 503s in the quota test."""
     store = RedisStore(
-        RedisStoreSettings(url="redis://127.0.0.1:6379/0", key_prefix="agw-test-burst"), max_connections=1
+        # Reads get room (a loaded machine is not what this is about); the pool wait is the subject.
+        RedisStoreSettings(
+            url="redis://127.0.0.1:6379/0", key_prefix="agw-test-burst", socket_timeout_s=5, connect_timeout_s=5
+        ),
+        max_connections=1,
     )
     await store.ping()  # the pool's one connection exists
     pool = store._redis.connection_pool  # the test holds it, as a long burst would
