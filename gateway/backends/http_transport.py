@@ -1,4 +1,4 @@
-"""A small keep-alive HTTP/1.1 client for the upstream hot path: asyncio protocols and httptools.
+"""A small keep-alive HTTP/1.1 client for every upstream request: asyncio protocols and httptools.
 
 httpx (with httpcore, h11 and anyio beneath it) spent ~0.9 ms of CPU on every streamed request
 here, most of it per SSE chunk (an h11 event, an anyio read, a timeout scope each), and its pool
@@ -6,14 +6,27 @@ looks at every idle connection (a poll() each) whenever a request starts or ends
 parses whatever one read brought in one go and hands all of it over at once; a connection learns
 that the server closed it from `connection_lost`, so nothing is polled.
 
-It does one thing: requests with a bytes body to one origin (http, or https through `ssl`), and
-responses with a content-length, chunked or read-until-close body, identity, gzip or deflate
-encoded. The backend keeps httpx for everything else (proxies, URLs with credentials, probes).
+It does one thing: requests with a bytes body to one origin (http, or https through `ssl`, directly
+or through an HTTP proxy's CONNECT tunnel; a forward proxy is an origin whose requests name their
+absolute URL), and responses with a content-length, chunked or read-until-close body, identity,
+gzip or deflate encoded. `upstream_route` works out, from a deployment's URL and the environment,
+where to connect and what to send.
+
+A request on a reused keep-alive connection that closes without a byte of answer is sent once more
+on a new connection, POST included (aiohttp retries only idempotent methods). The race it covers is
+the server closing an idle connection as the request goes out; a server that read the request and
+then died without answering is the only case where the upstream sees it twice. For a chat
+completion that costs compute, not state (there is nothing it could do twice), and the router would
+make the same second attempt anyway, after counting a failure against a healthy deployment.
+
+A response its caller drops without `aclose` (a consumer that went away) closes its connection when
+it is collected, so that its pool slot is not held until the upstream happens to close the socket.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import ssl
 import zlib
@@ -22,6 +35,8 @@ from dataclasses import dataclass
 from typing import cast
 
 import httptools
+
+from gateway.backends.http_tunnel import open_tunnel
 
 # Waits for a future the connection resolves when something arrives; the backend's deadline
 # fails it instead when the upstream takes too long. The transport itself never times a read.
@@ -51,10 +66,20 @@ class ConnectionBroken(TransportError):
 
 
 @dataclass(frozen=True, slots=True)
+class Tunnel:
+    """An HTTP proxy to ask for a CONNECT tunnel to the origin, which TLS then runs through."""
+
+    host: str
+    port: int
+    head: bytes  # the CONNECT request, with the proxy's credentials if it has any
+
+
+@dataclass(frozen=True, slots=True)
 class Origin:
-    host: str  # as connected to: an IPv6 address without brackets
+    host: str  # as connected to (or tunnelled to): an IPv6 address without brackets
     port: int
     tls: ssl.SSLContext | None
+    tunnel: Tunnel | None = None
 
 
 class RequestTemplate:
@@ -65,9 +90,12 @@ class RequestTemplate:
         self._target = target
         self._headers = {"host": host, **{k.lower(): v for k, v in headers.items()}}
         self._head = self._render_head(self._headers)
+        self._has_body = method not in ("GET", "HEAD")  # no content-length: 0 on a bodiless request
 
     def render(self, body: bytes, extra: dict[str, str] | None = None) -> bytes:
         head = self._render_head({**self._headers, **{k.lower(): v for k, v in extra.items()}}) if extra else self._head
+        if not self._has_body:
+            return head + b"\r\n"
         return b"%scontent-length: %d\r\n\r\n%s" % (head, len(body), body)
 
     def _render_head(self, headers: dict[str, str]) -> bytes:
@@ -316,6 +344,13 @@ class Response:
         else:
             conn.drain_then_release(drain_s)
 
+    def __del__(self) -> None:
+        conn = self._conn
+        if conn is not None:
+            # Dropped unreleased: closing is what frees the slot. The loop may be gone already.
+            with contextlib.suppress(RuntimeError):
+                conn.close()
+
     def _connection(self) -> _Connection:
         if self._conn is None:
             raise RuntimeError("response already released")
@@ -401,28 +436,43 @@ class ConnectionPool:
         conn = _Connection(self)
         self._open += 1
         timeout_at = min(self.loop.time() + self._connect_timeout_s, limit_at)
-        origin = self._origin
         try:
             async with asyncio.timeout_at(timeout_at):
-                await self.loop.create_connection(
-                    lambda: conn,
-                    origin.host,
-                    origin.port,
-                    ssl=origin.tls,
-                    server_hostname=origin.host if origin.tls is not None else None,
-                )
+                await self._open_connection(conn)
         except TimeoutError:
             self.forget(conn)
             if timeout_at >= limit_at:
                 raise  # the caller's deadline, not the connect timeout
             raise ConnectTimedOut(f"no connection within {self._connect_timeout_s:g}s") from None
-        except OSError as exc:  # refused, unreachable, DNS, TLS handshake
+        except OSError as exc:  # refused, unreachable, DNS, TLS handshake (an untrusted certificate)
             self.forget(conn)
             raise ConnectFailed(repr(exc)) from None
         except BaseException:
             self.forget(conn)
             raise
         return conn
+
+    async def _open_connection(self, conn: _Connection) -> None:
+        origin = self._origin
+        server_hostname = origin.host if origin.tls is not None else None
+        if origin.tunnel is None:
+            await self.loop.create_connection(
+                lambda: conn, origin.host, origin.port, ssl=origin.tls, server_hostname=server_hostname
+            )
+            return
+        raw = await open_tunnel(self.loop, origin.tunnel.host, origin.tunnel.port, origin.tunnel.head)
+        if origin.tls is None:
+            raw.set_protocol(conn)
+            conn.connection_made(raw)
+            return
+        try:
+            secured = await self.loop.start_tls(raw, conn, origin.tls, server_hostname=server_hostname)
+        except BaseException:
+            raw.close()
+            raise
+        if secured is None:  # only for a transport that is already closing
+            raise ConnectionResetError("the tunnel closed during the TLS handshake")
+        conn.connection_made(secured)
 
     async def _wait_for_room(self, timeout_at: float, limit_at: float) -> None:
         # Only when every connection is busy: the router caps in-flight requests per deployment

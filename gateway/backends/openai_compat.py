@@ -3,9 +3,9 @@
 The upstream is always asked to stream with usage, whatever the client asked for: one code path,
 a first-token deadline and stall detection that mean something, and usage for quota settlement.
 
-Requests go through `http_transport`, a small keep-alive HTTP/1.1 client that costs a fraction of
-httpx per request; httpx stays for probes and for what that client does not do (proxies from the
-environment, URLs with credentials or a query, a client handed in). Either way, deadlines are
+Every request, health probes included, goes through `http_transport`, a small keep-alive HTTP/1.1
+client that costs a fraction of httpx per request, along the route `upstream_route` works out
+(proxies from the environment, credentials in the URL, the trust store for https). Deadlines are
 enforced around each wait on the network and disarmed while a chunk is with the consumer, so
 that a slow client is never mistaken for a slow upstream.
 """
@@ -13,14 +13,10 @@ that a slow client is never mistaken for a slow upstream.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
-import urllib.request
 from collections.abc import AsyncGenerator
-from typing import Any, Protocol
-from urllib.parse import SplitResult, urlsplit
+from typing import Any
 
-import httpx
 import orjson
 
 from common.sse_reader import SseEvent, SseReader, SseTooLarge, is_done
@@ -28,12 +24,12 @@ from gateway.backends.base import BackendRequest, Chunk
 from gateway.backends.http_transport import (
     ConnectFailed,
     ConnectionBroken,
-    ConnectionPool,
     ConnectTimedOut,
-    Origin,
     RequestTemplate,
+    Response,
     TransportError,
 )
+from gateway.backends.upstream_route import Route
 from gateway.errors import (
     UpstreamConnectError,
     UpstreamError,
@@ -46,50 +42,30 @@ from gateway.settings import Continuation, DeploymentSettings
 from gateway.wire import chunk_from_openai
 
 _MAX_ERROR_BODY = 16 * 1024
-# After [DONE], httpx reads the body's end inline, which holds up the end of the answer: only as
-# long as a prompt final chunk takes. (The transport drains in the background, within stall_s.)
-_INLINE_DRAIN_S = 1.0
 # A timer may fire a hair before its time (uvloop counts in milliseconds): that is on time.
 _TIMER_SLACK_S = 0.001
 
 
-class _Upstream(Protocol):
-    """One response being read: the transport's, or httpx's behind `_HttpxResponse`."""
-
-    status: int
-
-    def header(self, name: str) -> str | None: ...
-
-    async def receive(self) -> bytes: ...
-
-    async def aclose(self, drain_s: float | None = None) -> None: ...
-
-
 class OpenAICompatBackend:
-    def __init__(self, deployment: DeploymentSettings, client: httpx.AsyncClient | None = None) -> None:
+    def __init__(self, deployment: DeploymentSettings) -> None:
         self.name = deployment.name
         self._deployment = deployment
         self._timeouts = deployment.timeouts
-        headers = {"Authorization": f"Bearer {deployment.api_key}"} if deployment.api_key else {}
-        self._client = client or httpx.AsyncClient(
-            base_url=deployment.api_base,
-            headers=headers,
-            timeout=httpx.Timeout(
-                connect=deployment.timeouts.connect_s,
-                read=None,
-                write=deployment.timeouts.stall_s,
-                pool=deployment.timeouts.connect_s,
-            ),
-            limits=httpx.Limits(
-                max_connections=deployment.max_inflight,
-                max_keepalive_connections=deployment.max_inflight,
-            ),
+        headers = {"authorization": f"Bearer {deployment.api_key}"} if deployment.api_key else {}
+        # One connection more than the router lets requests use: a busy deployment's health probe
+        # does not wait for a free connection, and is not failed for being busy.
+        self._route = Route(
+            str(deployment.api_base),
+            max_connections=deployment.max_inflight + 1,
+            connect_timeout_s=deployment.timeouts.connect_s,
         )
+        fixed = {**headers, "accept-encoding": "gzip, deflate", "user-agent": "agent-gateway"}
+        json_headers = {**fixed, "content-type": "application/json", "accept": "text/event-stream"}
+        self._chat = _template_or_error(self._route, "POST", self._route.path + "/chat/completions", json_headers)
+        self._health = _health_request(self._route, deployment, fixed)
         # vLLM-style servers say on every chunk how many tokens the answer has so far: what a
         # continuation's max_tokens and a failed attempt's usage are counted in.
         self._running_usage = deployment.continuation is Continuation.VLLM
-        # A client handed in (tests, custom transports) is used for everything.
-        self._direct = None if client is not None else _direct_route(deployment, headers)
 
     async def stream(self, request: BackendRequest) -> AsyncGenerator[Chunk, None]:
         body = {**request.body, "stream": True}
@@ -121,7 +97,7 @@ class OpenAICompatBackend:
                 raise UpstreamProtocolError("stream ended before [DONE]", deployment=self.name)
         except SseTooLarge as exc:
             raise UpstreamProtocolError(f"the stream sent {exc}", deployment=self.name) from None
-        except (TimeoutError, TransportError, httpx.HTTPError) as exc:
+        except (TimeoutError, TransportError) as exc:
             translated = self._translate(exc, deadline)
             if translated is None:
                 raise  # not the upstream's doing (a bad header, say): it goes up as it is
@@ -129,17 +105,12 @@ class OpenAICompatBackend:
         finally:
             deadline.cancel()
 
-    async def _send(self, payload: bytes, headers: dict[str, str], deadline: _Deadline) -> _Upstream:
-        if self._direct is not None:
-            pool, template = self._direct
-            data = template.render(payload, headers)
-            return await pool.request(data, deadline.wait, deadline.when)
-        upstream = self._client.build_request(
-            "POST", "/chat/completions", content=payload, headers=_json_headers(headers)
-        )
-        async with deadline.running():
-            response = await self._client.send(upstream, stream=True)
-        return _HttpxResponse(response, deadline)
+    async def _send(self, payload: bytes, headers: dict[str, str], deadline: _Deadline) -> Response:
+        template = self._chat
+        if isinstance(template, ValueError):
+            raise template  # a key that is no valid header: not the upstream's doing, nor retryable
+        data = template.render(payload, headers)
+        return await self._route.pool.request(data, deadline.wait, deadline.when)
 
     def _translate(self, exc: Exception, deadline: _Deadline) -> UpstreamError | None:
         if isinstance(exc, TimeoutError):
@@ -149,11 +120,11 @@ class OpenAICompatBackend:
                 deployment=self.name,
                 phase=deadline.phase,
             )
-        if isinstance(exc, ConnectTimedOut | httpx.TimeoutException):
+        if isinstance(exc, ConnectTimedOut):
             return UpstreamTimeout(f"connect timeout: {exc!r}", deployment=self.name, phase="connect")
-        if isinstance(exc, ConnectFailed | httpx.ConnectError):
+        if isinstance(exc, ConnectFailed):
             return UpstreamConnectError(f"cannot connect: {exc!r}", deployment=self.name)
-        if isinstance(exc, ConnectionBroken | httpx.RemoteProtocolError | httpx.ReadError | httpx.WriteError):
+        if isinstance(exc, ConnectionBroken):
             return UpstreamProtocolError(f"stream cut: {exc!r}", deployment=self.name)
         return None
 
@@ -175,7 +146,7 @@ class OpenAICompatBackend:
             chunk.tokens, chunk.usage = chunk.usage.completion_tokens, None
         return chunk
 
-    async def _status_error(self, response: _Upstream) -> UpstreamError:
+    async def _status_error(self, response: Response) -> UpstreamError:
         body = b""
         while len(body) <= _MAX_ERROR_BODY and (part := await response.receive()):
             body += part
@@ -188,24 +159,32 @@ class OpenAICompatBackend:
         )
 
     async def probe(self) -> None:
+        """GET health_path through the request pool, within the first-token deadline."""
+        route, template = self._health
+        if isinstance(template, ValueError):
+            raise UpstreamConnectError(f"health probe failed: {template}", deployment=self.name)
+        deadline = _Deadline(self._timeouts.first_token_s, self._timeouts.stall_s)
         try:
-            # health_path is relative to api_base, or a full URL (vLLM's /health sits at the root).
-            response = await self._client.get(self._deployment.health_path)
-        except httpx.TimeoutException:
+            response = await route.pool.request(template.render(b""), deadline.wait, deadline.when)
+            await response.aclose(self._timeouts.stall_s)  # the body is not needed; the connection is
+        except (TimeoutError, ConnectTimedOut):
             raise UpstreamTimeout("health probe timed out", deployment=self.name, phase="connect") from None
-        except httpx.HTTPError as exc:
+        except TransportError as exc:
             raise UpstreamConnectError(f"health probe failed: {exc!r}", deployment=self.name) from None
-        if response.status_code >= 400:
+        finally:
+            deadline.cancel()
+        if response.status >= 400:
             raise UpstreamStatusError(
-                f"health probe answered {response.status_code}",
+                f"health probe answered {response.status}",
                 deployment=self.name,
-                upstream_status=response.status_code,
+                upstream_status=response.status,
             )
 
     async def aclose(self) -> None:
-        if self._direct is not None:
-            await self._direct[0].aclose()
-        await self._client.aclose()
+        await self._route.pool.aclose()
+        probe_route = self._health[0]
+        if probe_route.pool is not self._route.pool:
+            await probe_route.pool.aclose()
 
 
 class _Deadline:
@@ -226,10 +205,6 @@ class _Deadline:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = math.inf
         self._waiting: asyncio.Future[None] | None = None
-
-    def running(self) -> asyncio.Timeout:
-        """The same deadline as a scope, for httpx's awaits: entered and left within one await."""
-        return asyncio.timeout_at(self.when)
 
     def got_output(self) -> None:
         self.phase = "stall"
@@ -273,7 +248,7 @@ class _Deadline:
 class _SSEBody:
     """The events of an SSE body, read from the network only as the consumer asks for more."""
 
-    def __init__(self, body: _Upstream, deadline: _Deadline) -> None:
+    def __init__(self, body: Response, deadline: _Deadline) -> None:
         self._body = body
         self._deadline = deadline
         self._reader: SseReader | None = SseReader()
@@ -294,68 +269,24 @@ class _SSEBody:
         return reader.close()
 
 
-class _HttpxResponse:
-    """An httpx response behind the transport's response interface, read within the deadline."""
-
-    def __init__(self, response: httpx.Response, deadline: _Deadline) -> None:
-        self.status = response.status_code
-        self._response = response
-        self._deadline = deadline
-        self._parts = response.aiter_bytes()  # decoded: an upstream may compress its SSE
-
-    def header(self, name: str) -> str | None:
-        value: str | None = self._response.headers.get(name)
-        return value
-
-    async def receive(self) -> bytes:
-        async with self._deadline.running():
-            return await anext(self._parts, b"")
-
-    async def aclose(self, drain_s: float | None = None) -> None:
-        if drain_s is not None:
-            # Read to the end so that httpcore keeps the connection (it drops an unread one).
-            with contextlib.suppress(httpx.HTTPError, TimeoutError):
-                async with asyncio.timeout(min(drain_s, _INLINE_DRAIN_S)):
-                    async for _ in self._parts:
-                        pass
-        await self._response.aclose()
-
-
-def _direct_route(
-    deployment: DeploymentSettings, headers: dict[str, str]
-) -> tuple[ConnectionPool, RequestTemplate] | None:
-    """The transport's pool and request for this deployment, or None where httpx must do it."""
-    url = urlsplit(str(deployment.api_base))
-    if url.scheme not in ("http", "https") or not url.hostname or url.username or url.password:
-        return None
-    if url.query or url.fragment or _proxied(url):
-        return None
-    fixed = {**headers, **_json_headers({}), "accept-encoding": "gzip, deflate", "user-agent": "agent-gateway"}
+def _template_or_error(route: Route, method: str, path: str, headers: dict[str, str]) -> RequestTemplate | ValueError:
+    """The request, or why it cannot be sent (a key that is no valid header): each request raises it."""
     try:
-        template = RequestTemplate("POST", url.path.rstrip("/") + "/chat/completions", url.netloc, fixed)
-    except ValueError:
-        return None  # a key that is no valid header: httpx refuses each request, as it always did
-    tls = None
-    if url.scheme == "https":
-        tls = httpx.create_ssl_context()  # the trust store httpx would use (certifi, SSL_CERT_FILE)
-        tls.set_alpn_protocols(["http/1.1"])
-    origin = Origin(url.hostname, url.port or (443 if tls else 80), tls)
-    pool = ConnectionPool(
-        origin, max_connections=deployment.max_inflight, connect_timeout_s=deployment.timeouts.connect_s
-    )
-    return pool, template
+        return route.template(method, path, headers)
+    except ValueError as exc:
+        return exc
 
 
-def _proxied(url: SplitResult) -> bool:
-    """Whether the environment sends this URL through a proxy, as httpx (trust_env) would."""
-    proxies = urllib.request.getproxies()
-    if not (proxies.get(url.scheme) or proxies.get("all")):
-        return False
-    return not urllib.request.proxy_bypass(url.hostname or "")
-
-
-def _json_headers(headers: dict[str, str]) -> dict[str, str]:
-    return {"content-type": "application/json", "accept": "text/event-stream", **headers}
+def _health_request(
+    route: Route, deployment: DeploymentSettings, headers: dict[str, str]
+) -> tuple[Route, RequestTemplate | ValueError]:
+    """health_path is relative to api_base, or a full URL (vLLM's /health sits at the root); a
+    full URL on the same origin shares the request pool."""
+    path = deployment.health_path
+    if "://" not in path:
+        return route, _template_or_error(route, "GET", f"{route.path}/{path.lstrip('/')}", headers)
+    health = Route(path, max_connections=1, connect_timeout_s=deployment.timeouts.connect_s, share=route)
+    return health, _template_or_error(health, "GET", health.path or "/", headers)
 
 
 def _loads_or_none(body: bytes) -> Any:

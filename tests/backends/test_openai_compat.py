@@ -1,22 +1,20 @@
-"""The OpenAI-compatible backend: wire handling and error translation, over httpx's MockTransport and
-over the gateway's own HTTP/1.1 client against a real socket (connection reuse, deadlines, cuts)."""
+"""The OpenAI-compatible backend over the gateway's own HTTP/1.1 client against a real socket: wire
+handling, error translation, connection reuse, deadlines, cuts, and the health probe."""
 
 from __future__ import annotations
 
 import asyncio
-import re
+import base64
+import gc
 import socket
 import time
 import zlib
-from collections.abc import Awaitable, Callable
-from typing import Any
 
-import httpx
 import orjson
 import pytest
 
 from gateway.backends.base import BackendRequest, Chunk
-from gateway.backends.http_transport import RequestTemplate
+from gateway.backends.http_transport import ConnectionPool, Origin, RequestTemplate
 from gateway.backends.openai_compat import OpenAICompatBackend
 from gateway.errors import (
     UpstreamConnectError,
@@ -26,22 +24,17 @@ from gateway.errors import (
     UpstreamTimeout,
 )
 from gateway.settings import Continuation, DeploymentSettings
-
-DEPLOYMENT = DeploymentSettings(name="d", api_base="http://upstream.test/v1", model="m")
-
-
-def sse(*events: object, done: bool = True) -> bytes:
-    body = b"".join(b"data: " + (e if isinstance(e, bytes) else orjson.dumps(e)) + b"\n\n" for e in events)
-    return body + (b"data: [DONE]\n\n" if done else b"")
-
-
-def chunk(content: str) -> dict[str, object]:
-    return {"id": "x", "choices": [{"index": 0, "delta": {"content": content}, "finish_reason": None}]}
-
-
-def backend(handler: Callable[[httpx.Request], httpx.Response]) -> OpenAICompatBackend:
-    client = httpx.AsyncClient(base_url=DEPLOYMENT.api_base, transport=httpx.MockTransport(handler))
-    return OpenAICompatBackend(DEPLOYMENT, client)
+from tests.backends.upstream import (
+    DEPLOYMENT,
+    FakeUpstream,
+    Respond,
+    answer,
+    chunk,
+    direct,
+    http_chunked,
+    http_fixed,
+    sse,
+)
 
 
 async def collect(b: OpenAICompatBackend, body: dict[str, object] | None = None) -> list[Chunk]:
@@ -49,17 +42,24 @@ async def collect(b: OpenAICompatBackend, body: dict[str, object] | None = None)
     return [c async for c in b.stream(request)]
 
 
+async def collect_from(
+    respond: Respond | bytes, body: dict[str, object] | None = None, deployment: DeploymentSettings = DEPLOYMENT
+) -> tuple[list[Chunk], FakeUpstream]:
+    """What the backend makes of one scripted response, and what the upstream was sent."""
+    async with FakeUpstream(answer(respond) if isinstance(respond, bytes) else respond) as upstream:
+        b = OpenAICompatBackend(deployment.model_copy(update={"api_base": upstream.url}))
+        try:
+            return await collect(b, body), upstream
+        finally:
+            await b.aclose()
+
+
 async def test_upstream_is_always_asked_to_stream_with_usage_and_unknown_fields_pass() -> None:
-    seen: list[dict[str, object]] = []
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        seen.append(orjson.loads(request.content))
-        return httpx.Response(200, content=sse(chunk("hi")))
-
-    await collect(backend(handler), {"model": "m", "messages": [], "stream": False, "vendor_knob": [1, 2]})
-    assert seen[0]["stream"] is True
-    assert seen[0]["stream_options"] == {"include_usage": True}
-    assert seen[0]["vendor_knob"] == [1, 2]
+    body: dict[str, object] = {"model": "m", "messages": [], "stream": False, "vendor_knob": [1, 2]}
+    _, upstream = await collect_from(http_chunked(sse(chunk("hi"))), body)
+    assert upstream.bodies[0]["stream"] is True
+    assert upstream.bodies[0]["stream_options"] == {"include_usage": True}
+    assert upstream.bodies[0]["vendor_knob"] == [1, 2]
 
 
 async def test_chunks_are_normalized_and_unknown_fields_kept() -> None:
@@ -69,7 +69,7 @@ async def test_chunks_are_normalized_and_unknown_fields_kept() -> None:
         "choices": [{"index": 0, "delta": {"content": "a", "vendor": 1}, "logprobs": {"content": []}}],
     }
     usage = {"choices": [], "usage": {"prompt_tokens": 2, "completion_tokens": 1, "total_tokens": 3}}
-    chunks = await collect(backend(lambda _: httpx.Response(200, content=sse(raw, usage))))
+    chunks, _ = await collect_from(http_chunked(sse(raw, usage)))
     assert chunks[0].content == "a"
     assert chunks[0].delta_extra == {"vendor": 1}
     assert chunks[0].choice_extra == {"logprobs": {"content": []}}
@@ -81,65 +81,15 @@ async def test_chunks_are_normalized_and_unknown_fields_kept() -> None:
 async def test_a_vllm_deployment_is_asked_for_running_usage_which_becomes_a_token_count() -> None:
     # vLLM merges tokens into one chunk when its reader lags: the running usage on each chunk is
     # the only exact count of what was sent (a continuation's max_tokens, a failed attempt's usage).
-    seen: list[dict[str, Any]] = []
     running = {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
     final = {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}}
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        seen.append(orjson.loads(request.content))
-        return httpx.Response(200, content=sse({**chunk("abc"), "usage": running}, final))
-
     vllm = DEPLOYMENT.model_copy(update={"continuation": Continuation.VLLM})
-    client = httpx.AsyncClient(base_url=vllm.api_base, transport=httpx.MockTransport(handler))
-    chunks = [c async for c in OpenAICompatBackend(vllm, client).stream(BackendRequest({"model": "m"}))]
-    assert seen[0]["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+    response = http_chunked(sse({**chunk("abc"), "usage": running}, final))
+    chunks, upstream = await collect_from(response, {"model": "m"}, vllm)
+    assert upstream.bodies[0]["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
     assert (chunks[0].content, chunks[0].tokens, chunks[0].usage) == ("abc", 3, None)  # not usage to add up
     assert chunks[1].usage is not None
     assert chunks[1].usage.total_tokens == 8
-
-
-async def test_stream_without_done_is_a_protocol_error() -> None:
-    b = backend(lambda _: httpx.Response(200, content=sse(chunk("a"), done=False)))
-    with pytest.raises(UpstreamProtocolError, match="before \\[DONE\\]"):
-        await collect(b)
-
-
-async def test_malformed_chunk_is_a_protocol_error() -> None:
-    b = backend(lambda _: httpx.Response(200, content=sse(chunk("a"), b"{oops")))
-    with pytest.raises(UpstreamProtocolError, match="malformed"):
-        await collect(b)
-
-
-async def test_error_event_inside_a_200_stream_is_an_in_band_error() -> None:
-    b = backend(lambda _: httpx.Response(200, content=sse(chunk("a"), {"error": {"message": "GPU fell over"}})))
-    with pytest.raises(UpstreamInBandError, match="GPU fell over"):
-        await collect(b)
-
-
-async def test_error_status_keeps_the_upstream_message_and_retry_after() -> None:
-    def handler(_: httpx.Request) -> httpx.Response:
-        return httpx.Response(429, json={"error": {"message": "slow down"}}, headers={"Retry-After": "2"})
-
-    with pytest.raises(UpstreamStatusError) as raised:
-        await collect(backend(handler))
-    assert raised.value.upstream_status == 429
-    assert raised.value.retry_after_s == 2.0
-    assert raised.value.retryable
-    assert "slow down" in raised.value.message
-
-
-async def test_connect_failure_is_translated() -> None:
-    def handler(request: httpx.Request) -> httpx.Response:
-        raise httpx.ConnectError("refused", request=request)
-
-    with pytest.raises(UpstreamConnectError):
-        await collect(backend(handler))
-
-
-async def test_keep_alive_comments_and_crlf_lines_are_understood() -> None:
-    body = b": keep-alive\r\n\r\ndata: " + orjson.dumps(chunk("a")) + b"\r\n\r\ndata: [DONE]\r\n\r\n"
-    chunks = await collect(backend(lambda _: httpx.Response(200, content=body)))
-    assert [c.content for c in chunks] == ["a"]
 
 
 async def test_the_body_is_read_as_the_sse_standard_says() -> None:
@@ -147,105 +97,21 @@ async def test_the_body_is_read_as_the_sse_standard_says() -> None:
     colon, an event name; a last event whose blank line never came still counts as said."""
     head, tail = orjson.dumps(chunk("a"))[:10], orjson.dumps(chunk("a"))[10:]
     body = b"\xef\xbb\xbf: hi\r\revent: delta\rdata:" + head + b"\rdata: " + tail + b"\r\rdata: [DONE]\r"
-    chunks = await collect(backend(lambda _: httpx.Response(200, content=body)))
+    chunks, _ = await collect_from(http_fixed("200 OK", body))
     assert [c.content for c in chunks] == ["a"]
 
 
 async def test_a_line_that_never_ends_is_a_protocol_error_not_unbounded_memory() -> None:
     """A peer sends one `data:` line and keeps it going: the reader's bound ends it."""
 
-    async def endless() -> object:
-        yield b"data: "
+    async def endless(writer: asyncio.StreamWriter, _: int) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\ndata: ")
         for _ in range(20):  # 20 x 1 MiB: past the 16 MiB bound
-            yield b"x" * (1 << 20)
+            writer.write(b"x" * (1 << 20))
+            await writer.drain()
 
     with pytest.raises(UpstreamProtocolError, match="more than 16777216 bytes"):
-        await collect(backend(lambda _: httpx.Response(200, content=endless())))
-
-
-async def test_no_first_token_within_the_deadline_is_a_first_token_timeout() -> None:
-    async def never() -> object:
-        yield b": waiting\n\n"
-        await __import__("asyncio").Event().wait()
-
-    deployment = DEPLOYMENT.model_copy(
-        update={"timeouts": DEPLOYMENT.timeouts.model_copy(update={"first_token_s": 0.05})}
-    )
-    client = httpx.AsyncClient(
-        base_url=deployment.api_base,
-        transport=httpx.MockTransport(lambda _: httpx.Response(200, content=never())),
-    )
-    with pytest.raises(UpstreamTimeout) as raised:
-        await collect(OpenAICompatBackend(deployment, client))
-    assert raised.value.phase == "first_token"
-
-
-# --- The direct path: the gateway's own HTTP/1.1 client against a real socket ---------------------
-
-Respond = Callable[["asyncio.StreamWriter", int], Awaitable[None]]
-
-
-class FakeUpstream:
-    """A tiny keep-alive HTTP/1.1 server; `respond(writer, n)` answers its n-th request (from 0)."""
-
-    def __init__(self, respond: Respond) -> None:
-        self._respond = respond
-        self.connections = 0
-        self.bodies: list[dict[str, Any]] = []
-        self.heads: list[bytes] = []
-        self.url = ""
-
-    async def __aenter__(self) -> FakeUpstream:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        port = self._server.sockets[0].getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}/v1"
-        return self
-
-    async def __aexit__(self, *_: object) -> None:
-        self._server.close()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        try:
-            while not writer.is_closing():
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))  # type: ignore[union-attr]
-                self.heads.append(head)
-                self.bodies.append(orjson.loads(await reader.readexactly(length)))
-                await self._respond(writer, len(self.bodies) - 1)
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
-
-
-def http_chunked(body: bytes, *, headers: bytes = b"") -> bytes:
-    """A 200 with the body as chunks of one SSE event each, as model servers send it."""
-    events = [e + b"\n\n" for e in body.split(b"\n\n") if e]
-    chunks = b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events)
-    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n"
-    return head + headers + b"\r\n" + chunks + b"0\r\n\r\n"
-
-
-def http_fixed(status: str, body: bytes, headers: bytes = b"") -> bytes:
-    return b"HTTP/1.1 %s\r\ncontent-length: %d\r\n%s\r\n%s" % (status.encode(), len(body), headers, body)
-
-
-def answer(payload: bytes) -> Respond:
-    async def respond(writer: asyncio.StreamWriter, _: int) -> None:
-        writer.write(payload)
-        await writer.drain()
-
-    return respond
-
-
-def direct(url: str, **timeouts: float) -> OpenAICompatBackend:
-    deployment = DEPLOYMENT.model_copy(
-        update={"api_base": url, "timeouts": DEPLOYMENT.timeouts.model_copy(update=timeouts)}
-    )
-    b = OpenAICompatBackend(deployment)
-    assert b._direct is not None  # the plain http URL takes the gateway's own client
-    return b
+        await collect_from(endless)
 
 
 async def test_one_upstream_connection_serves_sequential_requests() -> None:
@@ -280,7 +146,7 @@ async def test_body_end_after_done_is_drained_in_the_background_and_the_connecti
     assert upstream.connections == 1
 
 
-async def test_direct_error_status_keeps_message_retry_after_and_the_connection() -> None:
+async def test_error_status_keeps_message_retry_after_and_the_connection() -> None:
     error = http_fixed("429 Too Many Requests", b'{"error": {"message": "slow down"}}', b"retry-after: 2\r\n")
 
     async def respond(writer: asyncio.StreamWriter, n: int) -> None:
@@ -297,7 +163,7 @@ async def test_direct_error_status_keeps_message_retry_after_and_the_connection(
     assert upstream.connections == 1
 
 
-async def test_direct_stream_cut_is_a_protocol_error_and_is_not_retried() -> None:
+async def test_stream_cut_is_a_protocol_error_and_is_not_retried() -> None:
     async def respond(writer: asyncio.StreamWriter, _: int) -> None:
         writer.write(http_chunked(sse(chunk("a"), chunk("b")))[:-40])
         await writer.drain()
@@ -319,7 +185,7 @@ async def test_direct_stream_cut_is_a_protocol_error_and_is_not_retried() -> Non
         (sse(chunk("a"), {"error": {"message": "GPU fell over"}}), UpstreamInBandError, "GPU fell over"),
     ],
 )
-async def test_direct_bad_streams_are_translated(body: bytes, error: type[Exception], match: str) -> None:
+async def test_bad_streams_are_translated(body: bytes, error: type[Exception], match: str) -> None:
     async with FakeUpstream(answer(http_chunked(body))) as upstream:
         b = direct(upstream.url)
         with pytest.raises(error, match=match):
@@ -389,7 +255,7 @@ async def test_bytes_after_the_response_leave_it_whole_and_the_connection_unused
     assert upstream.connections == 2
 
 
-async def test_direct_keep_alive_comments_and_crlf_lines_split_anywhere_are_understood() -> None:
+async def test_keep_alive_comments_and_crlf_lines_split_anywhere_are_understood() -> None:
     body = b": keep-alive\r\n\r\ndata: " + orjson.dumps(chunk("a")) + b"\r\n\r\ndata: [DONE]\r\n\r\n"
 
     async def respond(writer: asyncio.StreamWriter, _: int) -> None:
@@ -417,7 +283,7 @@ def stalling(first: bytes) -> Respond:
     ("first", "phase"),
     [(b": waiting\n\n", "first_token"), (b"data: " + orjson.dumps(chunk("a")) + b"\n\n", "stall")],
 )
-async def test_direct_deadlines_name_their_phase(first: bytes, phase: str) -> None:
+async def test_deadlines_name_their_phase(first: bytes, phase: str) -> None:
     async with FakeUpstream(stalling(first)) as upstream:
         b = direct(upstream.url, first_token_s=0.1, stall_s=0.1)
         started = time.monotonic()
@@ -465,7 +331,7 @@ async def test_a_steady_stream_longer_than_the_stall_deadline_is_not_a_stall() -
         await b.aclose()
 
 
-async def test_direct_error_body_without_a_length_ends_with_the_connection() -> None:
+async def test_error_body_without_a_length_ends_with_the_connection() -> None:
     head = b"HTTP/1.1 503 Service Unavailable\r\nconnection: close\r\n\r\n"
 
     async def respond(writer: asyncio.StreamWriter, _: int) -> None:
@@ -480,7 +346,7 @@ async def test_direct_error_body_without_a_length_ends_with_the_connection() -> 
         await b.aclose()
 
 
-async def test_direct_connect_refused_is_a_connect_error() -> None:
+async def test_connect_refused_is_a_connect_error() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -490,7 +356,7 @@ async def test_direct_connect_refused_is_a_connect_error() -> None:
     await b.aclose()
 
 
-async def test_direct_connect_timeout_is_a_connect_phase_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_connect_timeout_is_a_connect_phase_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
     async def hang(*_: object, **__: object) -> None:
         await asyncio.sleep(10)
 
@@ -502,7 +368,7 @@ async def test_direct_connect_timeout_is_a_connect_phase_timeout(monkeypatch: py
     await b.aclose()
 
 
-async def test_requests_wait_for_a_free_connection_at_max_inflight() -> None:
+async def test_requests_wait_for_a_free_connection_past_max_inflight() -> None:
     async def respond(writer: asyncio.StreamWriter, _: int) -> None:
         await asyncio.sleep(0.05)
         writer.write(http_chunked(sse(chunk("a"))))
@@ -510,23 +376,11 @@ async def test_requests_wait_for_a_free_connection_at_max_inflight() -> None:
     async with FakeUpstream(respond) as upstream:
         deployment = DEPLOYMENT.model_copy(update={"api_base": upstream.url, "max_inflight": 1})
         b = OpenAICompatBackend(deployment)
-        results = await asyncio.gather(*(collect(b) for _ in range(3)))
-        assert [[c.content for c in r] for r in results] == [["a"]] * 3
+        results = await asyncio.gather(*(collect(b) for _ in range(4)))
+        assert [[c.content for c in r] for r in results] == [["a"]] * 4
         await b.aclose()
-    assert upstream.connections == 1
-
-
-def test_httpx_stays_where_the_direct_client_does_not_go(monkeypatch: pytest.MonkeyPatch) -> None:
-    def route(url: str) -> object:
-        return OpenAICompatBackend(DEPLOYMENT.model_copy(update={"api_base": url}))._direct
-
-    assert route("http://upstream.test/v1") is not None
-    assert route("http://user:pw@upstream.test/v1") is None
-    assert route("http://upstream.test/v1?api-version=1") is None
-    monkeypatch.setenv("HTTP_PROXY", "http://proxy.test:3128")
-    assert route("http://upstream.test/v1") is None
-    monkeypatch.setenv("NO_PROXY", "upstream.test")
-    assert route("http://upstream.test/v1") is not None
+    # max_inflight, and one more for the health probe (the router keeps requests to max_inflight).
+    assert upstream.connections == 2
 
 
 def test_request_headers_cannot_smuggle_lines() -> None:
@@ -534,3 +388,119 @@ def test_request_headers_cannot_smuggle_lines() -> None:
     assert template.render(b"{}").startswith(b"POST /v1/chat/completions HTTP/1.1\r\nhost: h\r\na: b\r\n")
     with pytest.raises(ValueError, match="invalid HTTP header"):
         template.render(b"{}", {"x": "1\r\nevil: 2"})
+
+
+async def test_credentials_in_the_url_become_basic_auth_and_a_query_follows_every_path() -> None:
+    async with FakeUpstream(answer(http_chunked(sse(chunk("a"))))) as upstream:
+        url = upstream.url.replace("http://", "http://user:p%40ss@") + "?api-version=1"
+        b = OpenAICompatBackend(DEPLOYMENT.model_copy(update={"api_base": url, "api_key": "sk-x"}))
+        assert [c.content for c in await collect(b)] == ["a"]
+        await b.aclose()
+    head = upstream.heads[0].decode()
+    assert head.startswith("POST /v1/chat/completions?api-version=1 HTTP/1.1\r\n")
+    assert f"host: 127.0.0.1:{upstream.port}\r\n" in head  # no credentials in it
+    # The URL's credentials take the place of the key, as httpx's basic auth did.
+    assert f"authorization: Basic {base64.b64encode(b'user:p@ss').decode()}\r\n" in head
+    assert "Bearer" not in head
+
+
+async def test_the_probe_takes_the_request_pool_and_its_connection() -> None:
+    async def respond(writer: asyncio.StreamWriter, n: int) -> None:
+        writer.write(http_fixed("200 OK", b'{"data": []}') if n == 1 else http_chunked(sse(chunk("a"))))
+
+    async with FakeUpstream(respond) as upstream:
+        b = OpenAICompatBackend(DEPLOYMENT.model_copy(update={"api_base": upstream.url, "api_key": "sk-x"}))
+        await collect(b)
+        await b.probe()
+        await collect(b)
+        await b.aclose()
+    assert upstream.connections == 1
+    probe = upstream.heads[1].decode()
+    assert probe.startswith("GET /v1/models HTTP/1.1\r\n")
+    assert "authorization: Bearer sk-x\r\n" in probe
+    assert "content-length" not in probe
+
+
+@pytest.mark.parametrize("path", ["/health", "FULL"])
+async def test_a_probe_at_the_root_or_a_full_url_of_the_same_origin_shares_the_pool(path: str) -> None:
+    async with FakeUpstream(answer(http_fixed("200 OK", b""))) as upstream:
+        health = f"http://127.0.0.1:{upstream.port}/health" if path == "FULL" else "health"
+        b = OpenAICompatBackend(DEPLOYMENT.model_copy(update={"api_base": upstream.url, "health_path": health}))
+        await b.probe()
+        await b.probe()
+        await b.aclose()
+    assert upstream.heads[0].startswith(b"GET /health HTTP/1.1\r\n" if path == "FULL" else b"GET /v1/health ")
+    assert upstream.connections == 1
+
+
+async def test_probe_failures_are_typed() -> None:
+    async with FakeUpstream(answer(http_fixed("503 Service Unavailable", b"busy"))) as upstream:
+        b = direct(upstream.url)
+        with pytest.raises(UpstreamStatusError) as raised:
+            await b.probe()
+        assert raised.value.upstream_status == 503
+        await b.aclose()
+    with pytest.raises(UpstreamConnectError, match="health probe failed"):
+        await b.probe()  # closed pool, and the upstream is gone
+
+    async def silent(_: asyncio.StreamWriter, __: int) -> None:
+        await asyncio.sleep(10)
+
+    async with FakeUpstream(silent) as upstream:
+        b = direct(upstream.url, first_token_s=0.1)
+        with pytest.raises(UpstreamTimeout, match="health probe timed out"):
+            await b.probe()
+        await b.aclose()
+
+
+def endless_stream() -> Respond:
+    """A stream that never ends, one chunk every 10 ms: only the client can end it."""
+
+    async def respond(writer: asyncio.StreamWriter, _: int) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+        event = sse(chunk("a"), done=False)
+        while not writer.is_closing():
+            writer.write(b"%x\r\n%s\r\n" % (len(event), event))
+            await writer.drain()
+            await asyncio.sleep(0.01)
+
+    return respond
+
+
+async def until_closed(upstream: FakeUpstream) -> None:
+    async with asyncio.timeout(2):
+        await upstream.a_connection_closed.wait()
+
+
+async def test_a_response_dropped_without_aclose_frees_its_pool_slot() -> None:
+    async with FakeUpstream(endless_stream()) as upstream:
+        port = upstream.port
+        pool = ConnectionPool(Origin("127.0.0.1", port, None), max_connections=1, connect_timeout_s=0.5)
+        request = RequestTemplate("POST", "/v1/chat/completions", f"127.0.0.1:{port}", {}).render(b"{}")
+
+        async def wait(future: asyncio.Future[None]) -> None:
+            async with asyncio.timeout(1):
+                await future
+
+        response = await pool.request(request, wait, asyncio.get_running_loop().time() + 5)
+        assert await response.receive()
+        del response  # never closed: the consumer went away
+        await until_closed(upstream)  # the upstream stops generating
+        # The one slot is free again: without that, this would wait for room and time out.
+        second = await pool.request(request, wait, asyncio.get_running_loop().time() + 5)
+        await second.aclose()
+        await pool.aclose()
+
+
+async def test_an_abandoned_stream_frees_its_connection() -> None:
+    async with FakeUpstream(endless_stream()) as upstream:
+        b = OpenAICompatBackend(DEPLOYMENT.model_copy(update={"api_base": upstream.url, "max_inflight": 1}))
+        chunks = b.stream(BackendRequest(body={"model": "m", "messages": []}))
+        assert (await anext(chunks)).content == "a"
+        del chunks  # the consumer is gone without closing the generator
+        gc.collect()
+        await until_closed(upstream)
+        second = b.stream(BackendRequest(body={"model": "m", "messages": []}))
+        assert (await anext(second)).content == "a"
+        await second.aclose()
+        await b.aclose()
