@@ -80,6 +80,7 @@ class Origin:
     port: int
     tls: ssl.SSLContext | None
     tunnel: Tunnel | None = None
+    unusable: str | None = None  # why no connection can be made: every request fails with it
 
 
 class RequestTemplate:
@@ -454,6 +455,8 @@ class ConnectionPool:
 
     async def _open_connection(self, conn: _Connection) -> None:
         origin = self._origin
+        if origin.unusable is not None:
+            raise ConnectionRefusedError(origin.unusable)
         server_hostname = origin.host if origin.tls is not None else None
         if origin.tunnel is None:
             await self.loop.create_connection(

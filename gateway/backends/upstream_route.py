@@ -7,7 +7,8 @@ takes the one client:
 - HTTP_PROXY / HTTPS_PROXY / ALL_PROXY and NO_PROXY (either case), read and matched as httpx
   does: a plain http upstream is asked for through the proxy (absolute-form request line), an
   https one through a CONNECT tunnel with TLS to the upstream inside it. Only http:// proxies:
-  another scheme (https://, socks5://) is refused when the backend is built, rather than bypassed.
+  through another (https://, socks5://) every request fails as a connect error that says so,
+  rather than going around it; the other deployments serve on.
 - Credentials in the URL become basic auth, which takes the place of the bearer key, as in httpx;
   a proxy's credentials become Proxy-Authorization.
 - The trust store for https is httpx's (certifi, or SSL_CERT_FILE / SSL_CERT_DIR when set).
@@ -66,7 +67,10 @@ class Route:
         proxy = environment_proxy(parts.scheme, host, port)
         if proxy is None:
             return Origin(host, port, tls)
-        proxy_host, proxy_port, credentials = _proxy_parts(proxy)
+        try:
+            proxy_host, proxy_port, credentials = _proxy_parts(proxy)
+        except ValueError as exc:
+            return Origin(host, port, tls, unusable=str(exc))
         if tls is None:
             # A forward proxy: connect to it, and name the upstream in each request line.
             self._prefix = f"http://{self._host}"

@@ -19,7 +19,7 @@ from cryptography.x509.oid import NameOID
 from gateway.backends.base import BackendRequest
 from gateway.backends.openai_compat import OpenAICompatBackend
 from gateway.errors import UpstreamConnectError
-from tests.backends.upstream import DEPLOYMENT, FakeUpstream, chunk, direct, http_chunked, http_fixed, sse
+from tests.backends.upstream import FakeUpstream, chunk, direct, http_chunked, http_fixed, sse
 
 
 def _name(common_name: str) -> x509.Name:
@@ -208,10 +208,13 @@ async def test_a_proxy_that_refuses_the_tunnel_is_a_connect_error(monkeypatch: p
         await b.aclose()
 
 
-def test_a_proxy_scheme_the_client_cannot_speak_is_refused_when_the_backend_is_built(
+async def test_a_proxy_scheme_the_client_cannot_speak_fails_each_request_as_a_connect_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("HTTPS_PROXY", "socks5://127.0.0.1:1080")
-    with pytest.raises(ValueError, match=r"socks5://127\.0\.0\.1 from the environment is not supported"):
-        OpenAICompatBackend(DEPLOYMENT.model_copy(update={"api_base": "https://upstream.test/v1"}))
-    OpenAICompatBackend(DEPLOYMENT)  # an http upstream does not use it
+    b = direct("https://upstream.test/v1")
+    with pytest.raises(UpstreamConnectError, match=r"socks5://127\.0\.0\.1 from the environment is not supported"):
+        await collect(b)
+    with pytest.raises(UpstreamConnectError, match="not supported"):
+        await b.probe()
+    await b.aclose()
