@@ -2,7 +2,7 @@
 non-streaming throughput and CPU at high concurrency, both gateways running, alternating windows,
 median of the rounds.
 
-    python bench/workers.py [--rounds 3] [--requests 3000] [--concurrency 64]
+    python -m bench.workers [--rounds 3] [--requests 3000] [--concurrency 64]
 
 Keys go under a fresh prefix on the Redis at 127.0.0.1:6379 (reached with redis-cli to clean up) and are
 deleted at the end. The load generator, the upstream and the workers share this machine's cores,
@@ -20,11 +20,11 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from checkpoint_setup import REDIS_URL, delete_redis_keys, redis_keys
-from harness import machine_line
-from procs import running
-from runner import Figures, Limits, PathUnderTest, Scenario, measure_window
-from services import gateway_config, serve_gateway, start_keyed_gateway, start_upstream
+from bench.support.checkpoint_setup import REDIS_URL, delete_redis_keys, redis_keys
+from bench.support.harness import machine_line
+from bench.support.procs import running
+from bench.support.runner import Figures, Limits, PathUnderTest, Scenario, measure_window
+from bench.support.services import gateway_config, serve_gateway, start_keyed_gateway, start_upstream
 
 
 def _rounds(paths: list[PathUnderTest], upstream: object, options: argparse.Namespace) -> dict[str, list[Figures]]:
