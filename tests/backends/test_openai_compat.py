@@ -8,7 +8,7 @@ import re
 import socket
 import time
 import zlib
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -154,7 +154,7 @@ async def test_the_body_is_read_as_the_sse_standard_says() -> None:
 async def test_a_line_that_never_ends_is_a_protocol_error_not_unbounded_memory() -> None:
     """A peer sends one `data:` line and keeps it going: the reader's bound ends it."""
 
-    async def endless() -> object:
+    async def endless() -> AsyncIterator[bytes]:
         yield b"data: "
         for _ in range(20):  # 20 x 1 MiB: past the 16 MiB bound
             yield b"x" * (1 << 20)
@@ -164,7 +164,7 @@ async def test_a_line_that_never_ends_is_a_protocol_error_not_unbounded_memory()
 
 
 async def test_no_first_token_within_the_deadline_is_a_first_token_timeout() -> None:
-    async def never() -> object:
+    async def never() -> AsyncIterator[bytes]:
         yield b": waiting\n\n"
         await __import__("asyncio").Event().wait()
 
