@@ -2,8 +2,10 @@
 
 Each child writes its stdout and stderr to a log file rather than a pipe: nobody reads a pipe
 after startup, and a chatty child (LiteLLM prints a banner and warnings) would block on a full
-one in the middle of a measured window. CPU and memory come from /proc, summed over the child
-and its descendants, so that a proxy that forks workers is charged for all of them.
+one in the middle of a measured window (hence not `common.processes.start_announcing`, which
+reads its child's pipe; the announcement line, the stop and the error are shared with it). CPU
+and memory come from /proc, summed over the child and its descendants, so that a proxy that
+forks workers is charged for all of them.
 """
 
 from __future__ import annotations
