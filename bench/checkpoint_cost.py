@@ -1,8 +1,8 @@
 """What session checkpoints cost a streaming gateway: throughput with sessions on vs off.
 
-    python bench/checkpoint_cost.py [--quick] [--rounds 3] [--chunks 100] [--no-redis]
+    python -m bench.checkpoint_cost [--quick] [--rounds 3] [--chunks 100] [--no-redis]
 
-One run starts the fast upstream (bench/fast_upstream.py, N chunks written at once) and four
+One run starts the fast upstream (bench/support/fast_upstream.py, N chunks written at once) and four
 gateways: the embedded store and Redis, each with `sessions: {enabled: true}` (checkpoints every
 16 events or 100 ms, the defaults) and `sessions: {enabled: false}`. Alternating rounds measure
 every gateway at concurrency 1 and 16 with streams of 100 chunks, back to back, so that noise on
@@ -31,9 +31,10 @@ from pathlib import Path
 from typing import Any
 
 import uvloop
-from checkpoint_report import Row, markdown_costs, markdown_throughput, row
-from checkpoint_rounds import Window, run_rounds
-from checkpoint_setup import (
+
+from bench.support.checkpoint_report import Row, markdown_costs, markdown_throughput, row
+from bench.support.checkpoint_rounds import Window, run_rounds
+from bench.support.checkpoint_setup import (
     REDIS_URL,
     Variant,
     delete_redis_keys,
@@ -42,12 +43,20 @@ from checkpoint_setup import (
     session_count,
     start_variant,
 )
-from harness import command_line, command_report_line, machine, machine_line, mib, options_dict, run_benchmark
-from harness import write_results as write_json
-from procs import Service, rss_bytes, running
-from runner import Limits, PathUnderTest, Scenario
-from services import BENCH_DIR, REPO_DIR, start_keyed_gateway, start_upstream
-from source_info import describe, source_info
+from bench.support.harness import (
+    command_line,
+    command_report_line,
+    machine,
+    machine_line,
+    mib,
+    options_dict,
+    run_benchmark,
+)
+from bench.support.harness import write_results as write_json
+from bench.support.procs import Service, rss_bytes, running
+from bench.support.runner import Limits, PathUnderTest, Scenario
+from bench.support.services import BENCH_DIR, REPO_DIR, start_keyed_gateway, start_upstream
+from bench.support.source_info import describe, source_info
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,7 +191,7 @@ def table(options: Options, outcome: Outcome) -> list[Row]:
     return [row(outcome.windows, store, s.name, options.chunks) for store in stores for s in scenarios(options)]
 
 
-SCRIPT = "checkpoint_cost.py"
+MODULE = "bench.checkpoint_cost"
 
 
 def print_report(options: Options, outcome: Outcome, took_s: float) -> None:
@@ -200,12 +209,12 @@ def print_report(options: Options, outcome: Outcome, took_s: float) -> None:
         print(f"Redis ({REDIS_URL}): " + ", ".join(f"{k} {v}" for k, v in outcome.redis.items()))
     print(machine_line(outcome.load_at_start))
     print(f"Code: {describe(outcome.source)} (when the run started).")
-    print(command_report_line(SCRIPT, took_s))
+    print(command_report_line(MODULE, took_s))
 
 
 def write_results(options: Options, outcome: Outcome, took_s: float) -> Path:
     document = {
-        "command": command_line(SCRIPT),
+        "command": command_line(MODULE),
         "took_s": took_s,
         "source": outcome.source,
         "machine": {**machine(), "load_average_1m_at_start": outcome.load_at_start},

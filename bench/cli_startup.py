@@ -1,5 +1,5 @@
 """How long small `gateway` commands take to answer: each command run N times as a fresh process,
-alternating commands, median and max of the wall time. `python bench/cli_startup.py [--runs N]`.
+alternating commands, median and max of the wall time. `python -m bench.cli_startup [--runs N]`.
 
 Startup is dominated by imports, so this is also a check that the CLI imports lazily: the modules
 each command loaded that are heavy (web framework, server, Redis, providers) are listed.

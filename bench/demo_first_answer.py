@@ -1,5 +1,5 @@
 """How long `gateway demo` takes from the command to the first streamed token of its own snippet:
-`python bench/demo_first_answer.py [--runs N]`. Each run starts a fresh demo on free ports, waits
+`python -m bench.demo_first_answer [--runs N]`. Each run starts a fresh demo on free ports, waits
 for the snippet, sends the snippet's request, and stops the demo (SIGTERM) before the next run.
 """
 

@@ -1,6 +1,6 @@
 """Mid-stream failover: how long a client waits when the backend fails in the middle of an answer.
 
-    python bench/failover.py [--quick] [--failures 100] [--max-tokens 40] [--ttft-ms 20] [--tpot-ms 5]
+    python -m bench.failover [--quick] [--failures 100] [--max-tokens 40] [--ttft-ms 20] [--tpot-ms 5]
 
 One run starts two simulated backends (no jitter, known TTFT and TPOT) and a gateway with the
 primary at priority 0 and the fallback at priority 1, both `continuation: vllm`. Every drill sends
@@ -39,9 +39,10 @@ from typing import Any
 
 import httpx
 import uvloop
-from failover_calibrate import Calibration, calibrate
-from failover_fleet import SimTiming, fetch_audit, gateway_yaml, kill_now, port_of, reap, start_sim
-from failover_stats import (
+
+from bench.support.failover_calibrate import Calibration, calibrate
+from bench.support.failover_fleet import SimTiming, fetch_audit, gateway_yaml, kill_now, port_of, reap, start_sim
+from bench.support.failover_stats import (
     KILL,
     STALL,
     Drill,
@@ -54,13 +55,20 @@ from failover_stats import (
     recovery_figures,
     summarize,
 )
-from harness import command_line, command_report_line, machine, machine_line, markdown, options_dict, run_benchmark
-from harness import write_results as write_json
-from procs import Service, running
-from services import BENCH_DIR, REPO_DIR, issue_gateway_key, new_gateway_secret, serve_gateway
-from source_info import describe, source_info
-from sse_client import Hook, StreamRecord, stream_chat
-
+from bench.support.harness import (
+    command_line,
+    command_report_line,
+    machine,
+    machine_line,
+    markdown,
+    options_dict,
+    run_benchmark,
+)
+from bench.support.harness import write_results as write_json
+from bench.support.procs import Service, running
+from bench.support.services import BENCH_DIR, REPO_DIR, issue_gateway_key, new_gateway_secret, serve_gateway
+from bench.support.source_info import describe, source_info
+from bench.support.sse_client import Hook, StreamRecord, stream_chat
 from sim.text import generate_tokens
 
 MODEL = "sim-model"
@@ -297,7 +305,7 @@ def summaries(drills: list[Drill]) -> list[KindSummary]:
     return [summarize(kind, [d for d in drills if d.kind == kind]) for kind in KINDS] + [summarize("all", drills)]
 
 
-SCRIPT = "failover.py"
+MODULE = "bench.failover"
 
 
 def _edge_cells(d: Drill) -> list[str]:
@@ -355,12 +363,12 @@ def print_report(options: Options, outcome: Outcome, took_s: float) -> None:
         print(markdown_edge(outcome.edge))
     print("\n" + machine_line(outcome.load_at_start))
     print(f"Code: {describe(outcome.source)} (when the run started).")
-    print(command_report_line(SCRIPT, took_s))
+    print(command_report_line(MODULE, took_s))
 
 
 def write_results(options: Options, outcome: Outcome, took_s: float) -> Path:
     document = {
-        "command": command_line(SCRIPT),
+        "command": command_line(MODULE),
         "took_s": took_s,
         "source": outcome.source,
         "machine": {**machine(), "load_average_1m_at_start": outcome.load_at_start},

@@ -1,7 +1,7 @@
 """Fairness under overload: clients that retry 10 ms after a 429 against clients that honour
 Retry-After, with the gateway's early-retry refusal on and off.
 
-    python bench/fairness.py [--seconds 20] [--clients 8]
+    python -m bench.fairness [--seconds 20] [--clients 8]
 
 One fast sim (ttft 200 ms) behind a deployment with `max_inflight: 2`, so the gateway is
 overloaded and answers 429 `Retry-After: 1` once both slots are taken. Half the clients (each
@@ -14,14 +14,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import httpx
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere: tests.procs
 
 from tests.procs import deployment, gateway_config, running_gateway, start_sim
 

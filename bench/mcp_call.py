@@ -1,6 +1,6 @@
 """What the gateway adds to an MCP tool call: direct to an MCP server vs through the gateway.
 
-    python bench/mcp_call.py [--calls 300] [--rounds 3]
+    python -m bench.mcp_call [--calls 300] [--rounds 3]
 
 One run starts the test suite's MCP server (Streamable HTTP, stateless) and a gateway in front of
 it with a policy that allows its read-only tool, then times `tools/call` with the official SDK
@@ -21,11 +21,12 @@ import time
 from pathlib import Path
 
 import httpx2
-from harness import cell, command_report_line, machine_line, markdown
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from procs import running, start_announcing
-from services import REPO_DIR, serve_gateway, start_keyed_gateway
+
+from bench.support.harness import cell, command_report_line, machine_line, markdown
+from bench.support.procs import running, start_announcing
+from bench.support.services import REPO_DIR, serve_gateway, start_keyed_gateway
 
 POLICY = """
 policies:
@@ -115,7 +116,7 @@ def main() -> int:
     print(f"\n## MCP tools/call latency (p50 ms, median of {args.rounds} rounds of {args.calls} calls)\n")
     print(markdown(["path", "p50 ms"], rows))
     print(machine_line(load))
-    print(command_report_line("mcp_call.py", time.monotonic() - started))
+    print(command_report_line("bench.mcp_call", time.monotonic() - started))
     return 0
 
 

@@ -1,8 +1,8 @@
 """What a proxy adds: direct to a fast upstream vs this gateway vs the LiteLLM proxy vs Portkey's gateway.
 
-    python bench/overhead.py [--quick] [--rounds 3] [--litellm-python PATH] [--portkey-dir DIR]
+    python -m bench.overhead [--quick] [--rounds 3] [--litellm-python PATH] [--portkey-dir DIR]
 
-One run starts the upstream (bench/fast_upstream.py), the gateway and, when available, LiteLLM and
+One run starts the upstream (bench/support/fast_upstream.py), the gateway and, when available, LiteLLM and
 Portkey, then measures in alternating rounds every scenario (non-streaming and streaming, at
 concurrency 1 and 32) on every path. Portkey 1.15.2 answers every stream here with a 500
 ("TypeError: immutable" in its updateHeaders, on Node 20 and 22), so it runs the non-streaming
@@ -30,12 +30,21 @@ import time
 from pathlib import Path
 
 import uvloop
-from harness import command_line, command_report_line, machine, machine_line, mib, options_dict, run_benchmark
-from harness import write_results as write_json
-from procs import Service, StartError, rss_bytes, running
-from report import markdown_ratios, markdown_table, missed, ratios, rows
-from runner import Figures, Limits, PathUnderTest, Scenario, run_rounds
-from services import (
+
+from bench.support.harness import (
+    command_line,
+    command_report_line,
+    machine,
+    machine_line,
+    mib,
+    options_dict,
+    run_benchmark,
+)
+from bench.support.harness import write_results as write_json
+from bench.support.overhead_report import markdown_ratios, markdown_table, missed, ratios, rows
+from bench.support.procs import Service, rss_bytes, running
+from bench.support.runner import Figures, Limits, PathUnderTest, Scenario, run_rounds
+from bench.support.services import (
     BENCH_DIR,
     DEFAULT_LITELLM_PYTHON,
     DEFAULT_PORTKEY_DIR,
@@ -51,6 +60,7 @@ from services import (
     start_portkey,
     start_upstream,
 )
+from common.processes import ProcessStartError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,11 +147,11 @@ def _start_litellm_or_none(
     print(f"starting LiteLLM {check.version} from {check.python} ...", file=sys.stderr, flush=True)
     try:
         return start_litellm(workdir, check.python, upstream.url, master_key), ""
-    except StartError as exc:
+    except ProcessStartError as exc:
         return None, f"LiteLLM did not start: {exc}"
 
 
-SCRIPT = "overhead.py"
+MODULE = "bench.overhead"
 
 
 @dataclasses.dataclass
@@ -168,7 +178,7 @@ def _portkey_path(
     print(f"starting Portkey {check.version} from {check.server} ...", file=sys.stderr, flush=True)
     try:
         portkey = stack.enter_context(running(start_portkey(workdir, check.server)))
-    except StartError as exc:
+    except ProcessStartError as exc:
         return f"Portkey did not start: {exc}"
     return PathUnderTest("portkey", portkey.url, portkey, headers=portkey_headers(upstream.url), streams=False)
 
@@ -221,13 +231,13 @@ def print_report(options: Options, outcome: Outcome, peers: Peers, took_s: float
     else:
         print(f"Portkey {peers.portkey.version} (Node, headless, no auth): non-streaming only, its streams fail here.")
     print(machine_line(outcome.load_at_start))
-    print(command_report_line(SCRIPT, took_s))
+    print(command_report_line(MODULE, took_s))
 
 
 def write_results(options: Options, outcome: Outcome, peers: Peers, took_s: float) -> Path:
     table = rows(outcome.figures, scenarios(options), outcome.paths)
     document = {
-        "command": command_line(SCRIPT),
+        "command": command_line(MODULE),
         "took_s": took_s,
         "machine": {**machine(with_platform=True), "load_average_1m_at_start": outcome.load_at_start},
         "options": options_dict(options),

@@ -2,7 +2,7 @@
 benchmark's load runs (one scenario), and the top functions by own and total samples are printed.
 
     pip install py-spy
-    python bench/profile_gateway.py [--stream] [--concurrency 32] [--requests 6000] [--out profile.txt]
+    python -m bench.profile_gateway [--stream] [--concurrency 32] [--requests 6000] [--out profile.txt]
 
 py-spy needs ptrace rights on the child (it runs as the same user; in a container, SYS_PTRACE).
 """
@@ -19,10 +19,10 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-from loadgen import Pool
-from procs import running
-from runner import PathUnderTest, Scenario, make_spec
-from services import REPO_DIR, start_gateway, start_keyed_gateway, start_upstream
+from bench.support.loadgen import Pool
+from bench.support.procs import running
+from bench.support.runner import PathUnderTest, Scenario, make_spec
+from bench.support.services import REPO_DIR, start_gateway, start_keyed_gateway, start_upstream
 
 
 def _summary(raw: Path, top: int) -> str:

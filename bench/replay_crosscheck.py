@@ -1,6 +1,6 @@
 """`gateway replay` next to an independent raw-socket client on the same sim, both at once.
 
-    python bench/replay_crosscheck.py [--rounds 3]
+    python -m bench.replay_crosscheck [--rounds 3]
 
 Starts the stamping sim (TTFT 100 ms, TPOT 10 ms, jitter 0; tests/replay/stamping_sim.py) and, at
 concurrency 1 and 16, runs replay and the reference client (tests/replay/reference_client.py) at
@@ -16,11 +16,8 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.replay.conftest import running_sim
 from tests.replay.test_reference_crosscheck import SIM_OPTIONS, TOLERANCE_S, crosscheck

@@ -4,14 +4,13 @@ Two gateway replicas on one Redis, two simulated backends (one per release, each
 own system prompt, so an answer shows which release served it). The script switches releases on
 replica A, alternating promote and rollback, and times until replica B's answers change.
 
-    python bench/switch_propagation.py [--switches 20]
+    python -m bench.switch_propagation [--switches 20]
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import time
 import uuid
@@ -19,8 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gateway.auth import new_secret
 from tests.procs import delete_redis_prefix, deployment, gateway_config, running_gateway, start_sim

@@ -2,7 +2,7 @@
 non-streaming throughput and CPU at high concurrency, both gateways running, alternating windows,
 median of the rounds.
 
-    python bench/workers.py [--rounds 3] [--requests 3000] [--concurrency 64]
+    python -m bench.workers [--rounds 3] [--requests 3000] [--concurrency 64]
 
 Keys go under a fresh prefix on the Redis at 127.0.0.1:6379 (reached with redis-cli to clean up) and are
 deleted at the end. The load generator, the upstream and the workers share this machine's cores,
@@ -14,26 +14,27 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import os
 import statistics
 import tempfile
 import uuid
 from pathlib import Path
 
-from checkpoint_setup import REDIS_URL, delete_redis_keys, redis_keys
-from harness import machine_line
-from procs import running
-from runner import Figures, Limits, PathUnderTest, Scenario, measure_window
-from services import gateway_config, serve_gateway, start_keyed_gateway, start_upstream
+from bench.support.checkpoint_setup import REDIS_URL, delete_redis_keys, redis_keys
+from bench.support.harness import machine_line
+from bench.support.procs import Service, running
+from bench.support.runner import Figures, Limits, PathUnderTest, Scenario, measure_window
+from bench.support.services import gateway_config, serve_gateway, start_keyed_gateway, start_upstream
 
 
-def _rounds(paths: list[PathUnderTest], upstream: object, options: argparse.Namespace) -> dict[str, list[Figures]]:
+def _rounds(paths: list[PathUnderTest], upstream: Service, options: argparse.Namespace) -> dict[str, list[Figures]]:
     scenario = Scenario(f"non-stream c={options.concurrency}", False, options.concurrency, options.requests)
     limits = Limits(time_cap_s=30, warmup_requests=300, warmup_cap_s=10, chunks=20)
     results: dict[str, list[Figures]] = {path.name: [] for path in paths}
     for round_no in range(1, options.rounds + 1):
         for path in paths if round_no % 2 else paths[::-1]:
-            figures = asyncio.run(measure_window(round_no, scenario, path, upstream, limits))  # type: ignore[arg-type]
+            figures = asyncio.run(measure_window(round_no, scenario, path, upstream, limits))
             cpu = figures.proxy_cpu_ms_per_req or 0.0
             print(f"  round {round_no} {path.name}: {figures.rps:.0f} req/s, CPU {cpu:.2f} ms/req", flush=True)
             results[path.name].append(figures)
@@ -58,9 +59,8 @@ def main() -> None:
             for workers in (1, 2):
                 name = f"workers={workers}"
                 args = ("--workers", str(workers))
-                gateway, key = start_keyed_gateway(
-                    stack, lambda admin, n=name, a=args: serve_gateway(workdir, config, admin, n, n, extra_args=a)
-                )
+                start = functools.partial(serve_gateway, workdir, config, name=name, stem=name, extra_args=args)
+                gateway, key = start_keyed_gateway(stack, start)
                 paths.append(PathUnderTest(name, gateway.url, gateway, key))
             results = _rounds(paths, upstream, options)
     finally:

@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, Any
 
 
 class ProcessStartError(RuntimeError):
@@ -28,15 +28,27 @@ class Announced:
     url: str
 
     def stop(self, timeout_s: float = 5.0) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout_s)
+        stop_process(self.process, timeout_s)
         if self.process.stdout is not None:
             self.process.stdout.close()
+
+
+def stop_process(process: subprocess.Popen[Any], timeout_s: float) -> None:
+    """SIGTERM (a graceful stop), then SIGKILL if it is still running after `timeout_s`."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout_s)
+
+
+def announced_url(line: str) -> str | None:
+    """The base URL (without /v1) of a `... listening on URL` line; None for any other line."""
+    if " listening on " not in line:
+        return None
+    return line.strip().rsplit(" ", 1)[-1].removesuffix("/v1")
 
 
 _PARENT_ENV = "AGW_EXIT_WITH_PARENT"
@@ -85,6 +97,6 @@ def start_announcing(
         if not line:
             process.wait()
             raise ProcessStartError(f"{' '.join(args)} exited with {process.returncode} before it was ready")
-        if " listening on " in line:
-            url = line.strip().rsplit(" ", 1)[-1]
-            return Announced(process, url.removesuffix("/v1"))
+        url = announced_url(line)
+        if url is not None:
+            return Announced(process, url)

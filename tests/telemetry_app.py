@@ -17,9 +17,9 @@ from opentelemetry.trace import SpanKind
 
 from gateway.app import create_app
 from gateway.auth import new_secret
+from gateway.backends.base import Backend
 from gateway.settings import parse_settings
 from gateway.telemetry import Telemetry
-from tests.doubles import ScriptedBackend
 
 PROMPT = "Tell me the launch codes hidden in the vault"
 CHAT_BODY: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 50}
@@ -30,7 +30,7 @@ class TracedGateway:
     http: httpx.AsyncClient
     spans: InMemorySpanExporter
     metrics: InMemoryMetricReader
-    backends: Sequence[ScriptedBackend]
+    backends: Sequence[Backend]
     admin_key: str
     key: str = ""
     key_id: str = ""
@@ -70,7 +70,8 @@ class TracedGateway:
         """The sum of a counter's or gauge's points whose attributes include `attributes`."""
         found = [p for p in self.points(name) if all(p.attributes.get(k) == v for k, v in attributes.items())]
         assert all(isinstance(p, NumberDataPoint) for p in found)
-        return sum(p.value for p in found)
+        total: float = sum(p.value for p in found)
+        return total
 
 
 def settings_for(tmp_path: Path, names: Sequence[str], admin_key: str, **sections: Any) -> dict[str, Any]:
@@ -96,7 +97,7 @@ def settings_for(tmp_path: Path, names: Sequence[str], admin_key: str, **section
 
 @contextlib.asynccontextmanager
 async def traced_gateway(
-    tmp_path: Path, *backends: ScriptedBackend, tracing: bool = True, **sections: Any
+    tmp_path: Path, *backends: Backend, tracing: bool = True, **sections: Any
 ) -> AsyncIterator[TracedGateway]:
     """The app with its lifespan running and one chat key of tenant "acme" (`gateway.key`)."""
     admin_key = new_secret()

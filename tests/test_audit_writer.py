@@ -187,7 +187,7 @@ async def test_a_chain_that_went_back_is_reported_not_silently_continued(
             raw = redis.Redis(port=port)
             raw.delete("agw-test:{audit}:stream")
             raw.xadd("agw-test:{audit}:stream", {"r": canonical(first)}, id="1-0")
-            raw.hset("agw-test:{audit}:head", mapping={"seq": 1, "hash": first["hash"]})
+            raw.hset("agw-test:{audit}:head", mapping={"seq": 1, "hash": str(first["hash"])})
             raw.close()
             await writer.submit({"kind": "request", "request_id": "after"})
             await until(lambda: writer.backlog == 0)

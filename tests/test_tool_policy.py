@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -139,7 +139,7 @@ async def test_stripped_tools_are_logged_at_debug_and_named_in_a_header(
     ctx = RequestContext("r1", "c1", model="m", body=body)
     ctx.principal = PRINCIPAL
 
-    async def upstream(ctx: RequestContext) -> AsyncIterator[Chunk]:
+    async def upstream(ctx: RequestContext) -> AsyncGenerator[Chunk, None]:
         yield Chunk(content="ok", finish_reason="stop")
 
     with caplog.at_level(logging.DEBUG, logger="gateway.tool_policy"):

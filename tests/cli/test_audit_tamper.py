@@ -98,7 +98,10 @@ def rewrite(path: Path, change: Callable[[Records], Records]) -> None:
         return
     client = redis.Redis(host="127.0.0.1", port=6379)
     stream = f"{store.key_prefix}:{{audit}}:stream"
-    entries = [(0, orjson.loads(fields[b"r"])) for _, fields in client.xrange(stream)]
+    entries = []
+    for _, fields in client.xrange(stream) or []:  # typed Optional by redis-py; a missing stream reads []
+        assert fields is not None
+        entries.append((0, orjson.loads(fields[b"r"])))
     client.delete(stream)
     for position, (_, record) in enumerate(change(entries), start=1):
         client.xadd(stream, {"r": orjson.dumps(record, option=orjson.OPT_SORT_KEYS)}, id=f"{position}-0")

@@ -199,7 +199,7 @@ def test_replicas_export_traces_to_the_collector_address(stack: Stack) -> None:
 
 
 def test_a_release_switched_on_one_replica_is_served_by_the_other(stack: Stack) -> None:
-    admin = {"headers": stack.first.headers(stack.first.admin_key), "timeout": 30}
+    admin: dict[str, Any] = {"headers": stack.first.headers(stack.first.admin_key), "timeout": 30}
     base = f"{stack.first.url}/admin/models/sim-model"
     for version, deployment in (("r1", "sim-a"), ("r2", "sim-b")):
         body = {"version": version, "deployments": [deployment], "system_prompt": f"release {version}"}

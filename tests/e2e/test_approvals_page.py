@@ -6,6 +6,7 @@ import shutil
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
@@ -14,6 +15,9 @@ from common.processes import Announced
 from tests.e2e.test_tool_policy import POLICY, SECRET, ask
 from tests.procs import Gateway, deployment, gateway_config, policy_file, running_gateway
 
+if TYPE_CHECKING:  # the type only: the tests import selenium where they use it
+    from selenium.webdriver.remote.webdriver import WebDriver
+
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 pytestmark = pytest.mark.skipif(
     not (CHROMIUM and CHROMEDRIVER), reason="needs Debian's chromium and chromium-driver (.ci/run installs them)"
@@ -21,7 +25,7 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture
-def browser(tmp_path: Path) -> Iterator[object]:
+def browser(tmp_path: Path) -> Iterator[WebDriver]:
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -57,7 +61,7 @@ def gateway(sim_pair: list[Announced], tmp_path: Path) -> Iterator[Gateway]:
         yield running
 
 
-def test_approve_button_releases_the_held_call(browser: object, gateway: Gateway) -> None:
+def test_approve_button_releases_the_held_call(browser: WebDriver, gateway: Gateway) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as until
     from selenium.webdriver.support.ui import WebDriverWait
@@ -66,12 +70,12 @@ def test_approve_button_releases_the_held_call(browser: object, gateway: Gateway
     approval_id = ask(gateway, gateway.key, "send_email", choose="send_email").headers["X-Approval-Id"]
 
     driver = browser
-    driver.get(f"{gateway.url}/admin/ui/approvals")  # type: ignore[attr-defined]
-    driver.find_element(By.ID, "key").send_keys(approver)  # type: ignore[attr-defined]
-    driver.find_element(By.ID, "load").click()  # type: ignore[attr-defined]
+    driver.get(f"{gateway.url}/admin/ui/approvals")
+    driver.find_element(By.ID, "key").send_keys(approver)
+    driver.find_element(By.ID, "load").click()
     row = f'tr[data-id="{approval_id}"]'
     WebDriverWait(driver, 15).until(until.presence_of_element_located((By.CSS_SELECTOR, row)))
-    driver.find_element(By.CSS_SELECTOR, f"{row} button.approve").click()  # type: ignore[attr-defined]
+    driver.find_element(By.CSS_SELECTOR, f"{row} button.approve").click()
     WebDriverWait(driver, 15).until(until.text_to_be_present_in_element((By.ID, "status"), "approved"))
 
     record = httpx.get(
@@ -84,7 +88,7 @@ def test_approve_button_releases_the_held_call(browser: object, gateway: Gateway
 
 
 def test_the_page_refreshes_itself_shows_the_context_and_approves_with_a_reason(
-    browser: object, gateway: Gateway
+    browser: WebDriver, gateway: Gateway
 ) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as until
@@ -92,27 +96,27 @@ def test_the_page_refreshes_itself_shows_the_context_and_approves_with_a_reason(
 
     _, approver = gateway.create_key(scopes=["approver"])
     driver = browser
-    driver.get(f"{gateway.url}/admin/ui/approvals")  # type: ignore[attr-defined]
-    driver.find_element(By.ID, "key").send_keys(approver)  # type: ignore[attr-defined]
-    driver.find_element(By.ID, "load").click()  # type: ignore[attr-defined]
+    driver.get(f"{gateway.url}/admin/ui/approvals")
+    driver.find_element(By.ID, "key").send_keys(approver)
+    driver.find_element(By.ID, "load").click()
     WebDriverWait(driver, 15).until(until.text_to_be_present_in_element((By.ID, "status"), "pending"))
 
     approval_id = ask(gateway, gateway.key, "send_email", choose="send_email").headers["X-Approval-Id"]
     row = f'tr[data-id="{approval_id}"]'  # appears without another click: the page refreshes itself
     WebDriverWait(driver, 15).until(until.presence_of_element_located((By.CSS_SELECTOR, row)))
-    text = driver.find_element(By.CSS_SELECTOR, row).text  # type: ignore[attr-defined]
+    text = driver.find_element(By.CSS_SELECTOR, row).text
     for context in ("please act", "agent", "high", "defer", "send_email"):  # excerpt, policy, risk, mode, tool
         assert context in text, f"{context!r} not shown in {text!r}"
     # When it was asked, and the deadline that matters to the approver, not the record's lifetime.
     assert "requested " in text, text
     assert "deferred: decide before " in text, text
-    id_cell = driver.find_element(By.CSS_SELECTOR, f"{row} .approval-id")  # type: ignore[attr-defined]
+    id_cell = driver.find_element(By.CSS_SELECTOR, f"{row} .approval-id")
     assert id_cell.value_of_css_property("white-space") == "nowrap", "ids are not wrapped mid-word"
-    driver.find_element(By.CSS_SELECTOR, f"{row} input.reason").send_keys("checked the recipient")  # type: ignore[attr-defined]
+    driver.find_element(By.CSS_SELECTOR, f"{row} input.reason").send_keys("checked the recipient")
     artifacts = Path(__file__).resolve().parents[2] / "test-artifacts"
     artifacts.mkdir(exist_ok=True)
-    driver.save_screenshot(str(artifacts / "approvals-page.png"))  # type: ignore[attr-defined]
-    driver.find_element(By.CSS_SELECTOR, f"{row} button.approve").click()  # type: ignore[attr-defined]
+    driver.save_screenshot(str(artifacts / "approvals-page.png"))
+    driver.find_element(By.CSS_SELECTOR, f"{row} button.approve").click()
     WebDriverWait(driver, 15).until(until.text_to_be_present_in_element((By.ID, "status"), "approved"))
 
     record = httpx.get(
@@ -123,7 +127,7 @@ def test_the_page_refreshes_itself_shows_the_context_and_approves_with_a_reason(
 
 
 def test_a_waiting_calls_row_shows_when_the_agent_stops_waiting_not_the_records_lifetime(
-    browser: object, gateway: Gateway
+    browser: WebDriver, gateway: Gateway
 ) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
@@ -132,9 +136,9 @@ def test_a_waiting_calls_row_shows_when_the_agent_stops_waiting_not_the_records_
     with ThreadPoolExecutor(1) as pool:
         waiting = pool.submit(ask, gateway, gateway.key, "refund_payment", choose="refund_payment")  # wait mode, 20 s
         driver = browser
-        driver.get(f"{gateway.url}/admin/ui/approvals")  # type: ignore[attr-defined]
-        driver.find_element(By.ID, "key").send_keys(approver)  # type: ignore[attr-defined]
-        driver.find_element(By.ID, "load").click()  # type: ignore[attr-defined]
+        driver.get(f"{gateway.url}/admin/ui/approvals")
+        driver.find_element(By.ID, "key").send_keys(approver)
+        driver.find_element(By.ID, "load").click()
         rows = WebDriverWait(driver, 15).until(
             lambda d: [r for r in d.find_elements(By.CSS_SELECTOR, "tr[data-id]") if "refund_payment" in r.text]
         )
@@ -143,7 +147,7 @@ def test_a_waiting_calls_row_shows_when_the_agent_stops_waiting_not_the_records_
             f"{gateway.url}/admin/approvals/{approval_id}", headers=gateway.headers(approver), timeout=10
         ).json()
         assert record["wait_deadline"] < record["expires_at"] - 60  # 20 s wait, 600 s record
-        shown = driver.execute_script(  # type: ignore[attr-defined]
+        shown = driver.execute_script(
             "return new Date(arguments[0] * 1000).toLocaleTimeString()", record["wait_deadline"]
         )
         assert f"agent waits until {shown}" in rows[0].text, rows[0].text

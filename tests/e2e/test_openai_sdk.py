@@ -7,12 +7,17 @@ import json
 import httpx
 import pytest
 from openai import AsyncOpenAI, NotFoundError
+from openai.types.chat import (
+    ChatCompletionFunctionToolParam,
+    ChatCompletionMessageFunctionToolCall,
+    ChatCompletionMessageParam,
+)
 
 from common.processes import Announced
 from tests.procs import Gateway
 
-MESSAGES = [{"role": "user", "content": "Tell me about circuit breakers"}]
-WEATHER_TOOL = {
+MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Tell me about circuit breakers"}]
+WEATHER_TOOL: ChatCompletionFunctionToolParam = {
     "type": "function",
     "function": {
         "name": "get_weather",
@@ -81,14 +86,19 @@ async def test_tool_call_arrives_whole_with_valid_json_arguments(shared_gateway:
             model="sim-model", messages=MESSAGES, tools=[WEATHER_TOOL], stream=True
         )
         chunks = [chunk async for chunk in stream]
-    call = reply.choices[0].message.tool_calls[0]  # type: ignore[index]
+    assert reply.choices[0].message.tool_calls
+    call = reply.choices[0].message.tool_calls[0]
+    assert isinstance(call, ChatCompletionMessageFunctionToolCall)
     assert reply.choices[0].finish_reason == "tool_calls"
-    assert call.function.name == "get_weather"  # type: ignore[union-attr]
-    assert set(json.loads(call.function.arguments)) == {"city", "days"}  # type: ignore[union-attr]
+    assert call.function.name == "get_weather"
+    assert set(json.loads(call.function.arguments)) == {"city", "days"}
     streamed = "".join(
-        (t.function.arguments or "") for c in chunks if c.choices for t in (c.choices[0].delta.tool_calls or [])
+        (t.function.arguments if t.function else None) or ""
+        for c in chunks
+        if c.choices
+        for t in (c.choices[0].delta.tool_calls or [])
     )
-    assert streamed == call.function.arguments  # type: ignore[union-attr]
+    assert streamed == call.function.arguments
 
 
 async def test_models_lists_the_logical_models(shared_gateway: Gateway) -> None:

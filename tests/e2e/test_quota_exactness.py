@@ -129,7 +129,7 @@ def test_revocation_reaches_the_other_replica_within_the_cache_ttl(
 ) -> None:
     first, second, _ = replicas
     key_id, key = first.create_key()
-    ask = {"json": BODY, "headers": first.headers(key), "timeout": 10}
+    ask: dict[str, Any] = {"json": BODY, "headers": first.headers(key), "timeout": 10}
     assert httpx.post(f"{second.url}/v1/chat/completions", **ask).status_code == 200  # now cached on `second`
     revoked = httpx.post(f"{first.url}/admin/keys/{key_id}/revoke", headers=first.headers(first.admin_key), timeout=10)
     revoked.raise_for_status()

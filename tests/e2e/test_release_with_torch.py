@@ -98,7 +98,8 @@ def active(gateway: Gateway) -> str | None:
         f"{gateway.url}/admin/models/{MODEL}/releases", headers=gateway.headers(gateway.admin_key), timeout=10
     )
     overview.raise_for_status()
-    return overview.json()["active"]
+    active: str | None = overview.json()["active"]
+    return active
 
 
 @pytest.fixture

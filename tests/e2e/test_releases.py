@@ -555,7 +555,7 @@ def test_a_failing_canary_is_rolled_back_automatically(sims: list[Announced], tm
         base = f"{gateway.url}/admin/models/{MODEL}"
         headers = gateway.headers(gateway.admin_key)
         for version, name in (("v1", "old"), ("v2", "new")):
-            body = {"version": version, "deployments": [name]}
+            body: dict[str, Any] = {"version": version, "deployments": [name]}
             assert httpx.post(f"{base}/releases", json=body, headers=headers, timeout=10).status_code == 201
         admin(gateway, "promote", {"version": "v1"}).raise_for_status()
         canary = {"version": "v2", "share": 0.5, "window_s": 60, "max_error_rate": 0.2, "min_requests": 5}

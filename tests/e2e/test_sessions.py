@@ -43,11 +43,13 @@ def expected_text(sim: Announced) -> str:
 
 def parse(lines: list[str]) -> list[tuple[int, Any]]:
     """(id, payload) of each SSE event."""
-    events, seq = [], None
+    events: list[tuple[int, Any]] = []
+    seq: int | None = None
     for line in lines:
         if line.startswith("id: "):
             seq = int(line[4:])
         elif line.startswith("data: "):
+            assert seq is not None, f"an event before any id: {line}"
             payload = line[6:]
             events.append((seq, payload if payload == "[DONE]" else orjson.loads(payload)))
     return events

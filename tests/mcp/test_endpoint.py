@@ -109,10 +109,11 @@ async def test_a_risky_call_is_held_with_progress_then_runs_with_a_token_the_ser
     decided: list[Any] = []
     human = threading.Thread(target=approve_when_pending, args=(gateway, approver, "files__delete_file", decided))
     human.start()
-    progress: list[str] = []
+    messages: list[str] = []
 
-    async def heard(_: float, __: float | None, message: str | None) -> None:
-        progress.append(message or "")
+    # The SDK's progress callback protocol: its parameters by these names.
+    async def heard(progress: float, total: float | None, message: str | None) -> None:
+        messages.append(message or "")
 
     async with mcp_session(gateway) as session:
         result = await session.call_tool("files__delete_file", {"path": "/tmp/old.log"}, progress_callback=heard)
@@ -120,8 +121,8 @@ async def test_a_risky_call_is_held_with_progress_then_runs_with_a_token_the_ser
     approval_id = decided[0]["id"]
     assert not result.is_error
     assert text_of(result) == f"deleted /tmp/old.log [approval {approval_id} verified]"
-    assert progress
-    assert f"approval id {approval_id}" in progress[0]
+    assert messages
+    assert f"approval id {approval_id}" in messages[0]
     steps = audit_where(gateway, lambda r: r.get("approval_id") == approval_id)
     assert [(r["decision"], r["status"]) for r in steps] == [("approved", "ok")]
 

@@ -16,7 +16,6 @@ import asyncio
 import json
 import os
 import socket
-import sys
 from typing import Any
 
 import uvicorn
@@ -93,4 +92,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

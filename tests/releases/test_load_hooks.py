@@ -17,7 +17,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.releases import load_hooks
 from gateway.releases.load_hooks import bring_up
 from gateway.settings import DeploymentSettings, LoadHook, LoadHookKind
 
@@ -66,7 +65,9 @@ def test_a_lora_hook_loads_the_release_adapter_in_place_under_the_deployment_nam
         return httpx.Response(200, text="Success")
 
     transport = httpx.MockTransport(vllm)
-    monkeypatch.setattr(load_hooks.httpx, "AsyncClient", functools.partial(httpx.AsyncClient, transport=transport))
+    monkeypatch.setattr(
+        "gateway.releases.load_hooks.httpx.AsyncClient", functools.partial(httpx.AsyncClient, transport=transport)
+    )
     hook = LoadHook(kind=LoadHookKind.LORA, lora_name="tiny-ft", timeout_s=5)
     deployment = DeploymentSettings(name="ft", api_base="http://127.0.0.1:9/v1", model="tiny-ft", load_hook=hook)
 

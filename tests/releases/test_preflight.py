@@ -16,10 +16,11 @@ import pytest
 
 from checkpoints.registry import CheckpointRegistry
 from gateway.errors import Conflict, StoreUnavailable
-from gateway.principal import Limits, Principal
+from gateway.principal import Principal
 from gateway.releases.preflight import PreflightChecks, PreflightFailed
 from gateway.releases.service import ActiveReleases, ReleaseService
 from gateway.settings import DeploymentSettings, LoadHook, LoadHookKind
+from gateway.store.base import Limits
 from gateway.store.release_record import CheckpointPin, PromptPin, Release, SmokePin
 
 ADAPTER = "tiny-ft"

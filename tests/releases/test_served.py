@@ -4,9 +4,8 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.releases import served
 from gateway.releases.served import Adapter, adapter_to_load, mismatches, same_checkpoint, served_name
-from gateway.settings import DeploymentSettings
+from gateway.settings import DeploymentSettings, LoadHook
 
 LORA = {"kind": "lora", "lora_name": "tiny-ft"}
 
@@ -46,8 +45,12 @@ async def test_a_lora_deployment_needs_its_adapter_loaded_when_the_engine_lists_
     """An engine that is up says nothing about its adapters: /v1/models decides."""
     models = {"data": [{"id": name, "root": root} for name, root in {"base": "/r/base", **listed}.items()]}
     transport = httpx.MockTransport(lambda request: httpx.Response(200, json=models))
-    monkeypatch.setattr(served.httpx, "AsyncClient", functools.partial(httpx.AsyncClient, transport=transport))
-    deployment = DeploymentSettings(name="ft", api_base="http://127.0.0.1:1/v1", model="base", load_hook=hook)
+    monkeypatch.setattr(
+        "gateway.releases.served.httpx.AsyncClient", functools.partial(httpx.AsyncClient, transport=transport)
+    )
+    deployment = DeploymentSettings(
+        name="ft", api_base="http://127.0.0.1:1/v1", model="base", load_hook=LoadHook.model_validate(hook)
+    )
     assert await adapter_to_load(deployment, "/r/tiny-lora/step-1") is to_load
     assert await adapter_to_load(deployment, None) is Adapter.SERVED, "nothing pinned: nothing to load"
 
@@ -58,7 +61,11 @@ async def test_an_engine_whose_listing_fails_is_not_reloaded_but_reported_unknow
 ) -> None:
     """A transient /v1/models failure on a healthy engine must not trigger an in-place load."""
     transport = httpx.MockTransport(lambda request: reply)
-    monkeypatch.setattr(served.httpx, "AsyncClient", functools.partial(httpx.AsyncClient, transport=transport))
+    monkeypatch.setattr(
+        "gateway.releases.served.httpx.AsyncClient", functools.partial(httpx.AsyncClient, transport=transport)
+    )
     hook = {"kind": "lora", "lora_name": "tiny-ft"}
-    deployment = DeploymentSettings(name="ft", api_base="http://127.0.0.1:1/v1", model="base", load_hook=hook)
+    deployment = DeploymentSettings(
+        name="ft", api_base="http://127.0.0.1:1/v1", model="base", load_hook=LoadHook.model_validate(hook)
+    )
     assert await adapter_to_load(deployment, "/r/tiny-lora/step-1") is Adapter.UNKNOWN

@@ -146,7 +146,8 @@ def test_a_run_records_the_digest_of_its_samples_and_settings(fast_sim: str, sim
     def digest(count: int) -> dict[str, str]:
         options = RunOptions(simple_samples, ClientConfig(fast_sim), LoadPlan(count=count), Overrides(max_tokens=3))
         document: dict[str, Any] = run_blocking(replay(options))
-        return document["run"]["workload"]
+        workload: dict[str, str] = document["run"]["workload"]
+        return workload
 
     first, again, more = digest(2), digest(2), digest(3)
     assert first == again

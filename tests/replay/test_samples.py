@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -80,7 +81,7 @@ def test_sharegpt_conversations_become_messages_up_to_the_last_user_turn(tmp_pat
 
 
 def test_audit_capture_lines_replay_the_captured_request_at_its_start_time(tmp_path: Path) -> None:
-    lines = [
+    lines: list[dict[str, Any]] = [
         {
             "kind": "request",
             "request_id": "r1",

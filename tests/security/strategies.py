@@ -11,7 +11,7 @@ from tests.security.helpers import nested
 
 # Latin-1 printable, as bytes: what an HTTP header can carry.
 HEADER_TEXT = (
-    st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0xFF, exclude_categories=("Cc",)), max_size=300)
+    st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0xFF, exclude_categories=["Cc"]), max_size=300)
     .map(str.strip)
     .map(lambda text: text.encode("latin-1"))
 )

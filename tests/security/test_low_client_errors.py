@@ -26,7 +26,8 @@ def test_low_bad_last_event_id_is_400(gateway: Gateway, session_id: str, value: 
     by_query = httpx.get(url, params={"after": value}, headers=gateway.headers(), timeout=10)
     assert_openai_error(by_query, 400)
     if value.strip() == value:  # (a header value cannot start with a space)
-        header = {**gateway.headers(), "Last-Event-ID": value.encode()}
+        # As bytes, all of them: the value may not be ASCII, and httpx takes str or bytes headers, not both.
+        header = {**{k.encode(): v.encode() for k, v in gateway.headers().items()}, b"Last-Event-ID": value.encode()}
         assert_openai_error(httpx.get(url, headers=header, timeout=10), 400)
 
 

@@ -104,7 +104,7 @@ def test_platform_key_manages_shared_models(gateway: Gateway) -> None:
 
 def test_tenant_admin_cannot_mint_a_key_wider_than_itself(gateway: Gateway) -> None:
     _, narrow = gateway.create_key(tenant="acme", scopes=["admin", "chat"], models=[SHARED], rpm=2)
-    wider = [
+    wider: list[dict[str, Any]] = [
         {"name": "other model", "tenant": "acme", "models": [ACME_ONLY]},
         {"name": "more rpm", "tenant": "acme", "models": [SHARED], "rpm": 3},
         {"name": "more scopes", "tenant": "acme", "models": [SHARED], "scopes": ["audit"]},

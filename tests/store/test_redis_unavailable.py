@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from redis.asyncio import Redis
 
 from gateway.errors import StoreUnavailable
 from gateway.settings import RedisStoreSettings
@@ -224,8 +225,9 @@ async def test_a_burst_beyond_the_pool_is_queued_not_refused() -> None:
         max_connections=1,
     )
     await store.ping()  # the pool's one connection exists
+    assert isinstance(store._redis, Redis), "a single-node store"
     pool = store._redis.connection_pool  # the test holds it, as a long burst would
-    busy = await pool.get_connection()
+    busy = await pool.get_connection()  # type: ignore[no-untyped-call]  # unannotated in redis-py
     waiting = asyncio.ensure_future(store.ping())
     await asyncio.sleep(1.5)  # longer than the old 1 s wait; the call must still be waiting
     assert not waiting.done()

@@ -179,7 +179,7 @@ async def test_a_bad_activation_is_refused_before_anything_is_written(store: Sto
     with pytest.raises(ValueError, match=r"release|generation"):
         await store.release_activate("m1", "v1", expected, entry())
     with pytest.raises(ValueError, match=r"release|generation"):
-        await store.release_activate("m1", "v1", 0, dataclasses.replace(entry(), reason=object()))
+        await store.release_activate("m1", "v1", 0, dataclasses.replace(entry(), reason=object()))  # type: ignore[arg-type]  # the wrong type on purpose
     assert await store.release_active("m1") == (None, 0)
 
 
@@ -309,7 +309,7 @@ async def test_of_canary_sets_from_two_clients_exactly_one_wins(backing: Backing
         ("m1", canary(), True),
         ("m1", canary(), 1.0),
         ("m1", ["not", "an", "object"], 0),
-        ("m1", dataclasses.replace(canary(), by=object()), 0),
+        ("m1", dataclasses.replace(canary(), by=object()), 0),  # type: ignore[arg-type]  # the wrong type on purpose
     ],
 )
 async def test_a_bad_canary_is_refused_before_anything_is_written(

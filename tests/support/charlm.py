@@ -42,7 +42,8 @@ class CharLM(nn.Module):
         length = ids.shape[1]
         x = self.tokens(ids) + self.positions(torch.arange(length))
         mask = nn.Transformer.generate_square_subsequent_mask(length)
-        return self.head(self.norm(self.blocks(x, mask=mask, is_causal=True)))
+        logits: torch.Tensor = self.head(self.norm(self.blocks(x, mask=mask, is_causal=True)))
+        return logits
 
 
 def train(text: str, steps: int = 60, seed: int = 0, batch: int = 16) -> dict[str, torch.Tensor]:
@@ -69,7 +70,7 @@ def _train(text: str, steps: int, seed: int, batch: int) -> dict[str, torch.Tens
         logits = model(inputs)
         loss = nn.functional.cross_entropy(logits.reshape(-1, len(VOCAB)), targets.reshape(-1))
         optimizer.zero_grad()
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
         optimizer.step()
     model.eval()
     return {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}

@@ -24,12 +24,14 @@ from typing import Any
 
 import orjson
 import torch
-import torch.distributed.checkpoint as dcp
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
+
+# dcp.load, from the module that defines it: the package's re-export is not explicit enough for mypy.
+from torch.distributed.checkpoint.state_dict_loader import load as load_dcp
 
 from tests.support import charlm
 
@@ -41,7 +43,7 @@ def load_checkpoint(directory: Path) -> charlm.CharLM:
     state = model.state_dict()
     # Without an initialized process group DCP warns that it assumes a single process: it is one.
     warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
-    dcp.load(state, checkpoint_id=str(directory))  # in place, into the fresh model's tensors
+    load_dcp(state, checkpoint_id=str(directory))  # in place, into the fresh model's tensors
     model.load_state_dict(state)
     model.eval()
     return model

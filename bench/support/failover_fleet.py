@@ -17,8 +17,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
-from procs import Service, StartError, start_announcing
-from services import REPO_DIR
+
+from bench.support.procs import Service, start_announcing
+from bench.support.services import REPO_DIR
+from common.processes import ProcessStartError
 
 _CONTROL_TIMEOUT_S = 5.0
 
@@ -53,7 +55,7 @@ def start_sim(workdir: Path, name: str, timing: SimTiming, port: int = 0) -> Ser
 def port_of(service: Service) -> int:
     port = urlsplit(service.url).port
     if port is None:
-        raise StartError(f"{service.name} has no port in {service.url}")
+        raise ProcessStartError(f"{service.name} has no port in {service.url}")
     return port
 
 

@@ -17,10 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
-from procs import Service, StartError, free_port, running, start_announcing, start_polled
 
-BENCH_DIR = Path(__file__).resolve().parent
+from bench.support.procs import Service, free_port, running, start_announcing, start_polled
+from common.processes import ProcessStartError
+
+BENCH_DIR = Path(__file__).resolve().parents[1]
 REPO_DIR = BENCH_DIR.parent
+_FAST_UPSTREAM = Path(__file__).with_name("fast_upstream.py")  # run as a script: no package imports
 # LiteLLM lives in its own virtualenv inside the checkout (gitignored), or wherever AGW_LITELLM_PYTHON points.
 DEFAULT_LITELLM_PYTHON = Path(
     os.environ.get("AGW_LITELLM_PYTHON", REPO_DIR / "bench" / ".venv-litellm" / "bin" / "python")
@@ -37,7 +40,7 @@ LITELLM_ENV = {
 
 
 def start_upstream(workdir: Path, chunks: int) -> Service:
-    argv = [sys.executable, str(BENCH_DIR / "fast_upstream.py"), "--port", "0", "--chunks", str(chunks)]
+    argv = [sys.executable, str(_FAST_UPSTREAM), "--port", "0", "--chunks", str(chunks)]
     return start_announcing("upstream", argv, workdir / "upstream.log", workdir, {}, timeout_s=15)
 
 
@@ -105,9 +108,9 @@ def issue_gateway_key(gateway_url: str, admin_key: str) -> str:
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
             return admin_key
-        raise StartError(f"gateway refused to issue a key: {exc.code} {exc.read()[:300]!r}") from None
+        raise ProcessStartError(f"gateway refused to issue a key: {exc.code} {exc.read()[:300]!r}") from None
     except (urllib.error.URLError, OSError, KeyError, orjson.JSONDecodeError) as exc:
-        raise StartError(f"could not issue a gateway key: {exc!r}") from None
+        raise ProcessStartError(f"could not issue a gateway key: {exc!r}") from None
     return str(secret)
 
 
@@ -211,15 +214,3 @@ def check_litellm(python: Path | None, disabled: bool) -> LiteLLMCheck:
     if result.returncode != 0:
         return LiteLLMCheck(None, None, f"litellm is not installed for {python}")
     return LiteLLMCheck(python, result.stdout.strip(), "")
-
-
-__all__ = [
-    "DEFAULT_LITELLM_PYTHON",
-    "DEFAULT_PORTKEY_DIR",
-    "LiteLLMCheck",
-    "PortkeyCheck",
-    "Service",
-    "StartError",
-    "check_litellm",
-    "check_portkey",
-]

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from harness import cell, markdown, yes_no
-from runner import Figures, Scenario, median_of
+from bench.support.harness import cell, markdown, yes_no
+from bench.support.runner import Figures, Scenario, median_of
 
 DIRECT = "direct"
 

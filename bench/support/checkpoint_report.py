@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from checkpoint_rounds import Window
-from harness import cell, markdown
-from runner import median_of
+from bench.support.checkpoint_rounds import Window
+from bench.support.harness import cell, markdown
+from bench.support.runner import median_of
 
 TARGET_RATIO = 0.9
 

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness import cell, markdown, yes_no
-from sse_client import StreamRecord
+from bench.support.harness import cell, markdown, yes_no
+from bench.support.sse_client import StreamRecord
 
 STALL = "stall"
 KILL = "kill"

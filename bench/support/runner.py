@@ -16,9 +16,10 @@ from typing import TypeVar
 from urllib.parse import urlsplit
 
 import orjson
-from fast_upstream import TOKEN
-from loadgen import Pool, Spec, Window, render_request
-from procs import Service, cpu_seconds
+
+from bench.support.fast_upstream import TOKEN
+from bench.support.loadgen import Pool, Spec, Window, render_request
+from bench.support.procs import Service, cpu_seconds
 
 T = TypeVar("T")
 

@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from failover_fleet import SimTiming, kill_now, start_sim
-from procs import Service
-from sse_client import Hook, StreamRecord, stream_chat
+
+from bench.support.failover_fleet import SimTiming, kill_now, start_sim
+from bench.support.procs import Service
+from bench.support.sse_client import Hook, StreamRecord, stream_chat
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,13 +15,15 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import orjson
-from procs import StartError
+
+from common.processes import ProcessStartError
 
 T = TypeVar("T")
 
 
-def command_line(script: str) -> str:
-    return shlex.join(["python", f"bench/{script}", *sys.argv[1:]])
+def command_line(module: str) -> str:
+    """The command that ran this benchmark (`module` as `python -m` takes it), to run it again."""
+    return shlex.join(["python", "-m", module, *sys.argv[1:]])
 
 
 def machine(with_platform: bool = False) -> dict[str, Any]:
@@ -52,8 +54,8 @@ def machine_line(load_at_start: float) -> str:
     return f"Machine: {info['cpus']} CPUs, Python {info['python']}, load average {loads}."
 
 
-def command_report_line(script: str, took_s: float) -> str:
-    return f"Command: `{command_line(script)}` (took {took_s:.0f} s)"
+def command_report_line(module: str, took_s: float) -> str:
+    return f"Command: `{command_line(module)}` (took {took_s:.0f} s)"
 
 
 def cell(value: float | None, digits: int, grouped: bool = True) -> str:
@@ -91,7 +93,7 @@ def run_benchmark(
     else what `verdict` says of the outcome (0 without one)."""
     try:
         outcome = measure()
-    except StartError as exc:
+    except ProcessStartError as exc:
         print(f"cannot run the benchmark: {exc}", file=sys.stderr)
         return 1
     took_s = time.monotonic() - started

@@ -16,8 +16,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from procs import Service
-from services import gateway_config, serve_gateway
+from bench.support.procs import Service
+from bench.support.services import gateway_config, serve_gateway
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 _DEL_BATCH = 500

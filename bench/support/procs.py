@@ -2,8 +2,10 @@
 
 Each child writes its stdout and stderr to a log file rather than a pipe: nobody reads a pipe
 after startup, and a chatty child (LiteLLM prints a banner and warnings) would block on a full
-one in the middle of a measured window. CPU and memory come from /proc, summed over the child
-and its descendants, so that a proxy that forks workers is charged for all of them.
+one in the middle of a measured window (hence not `common.processes.start_announcing`, which
+reads its child's pipe; the announcement line, the stop and the error are shared with it). CPU
+and memory come from /proc, summed over the child and its descendants, so that a proxy that
+forks workers is charged for all of them.
 """
 
 from __future__ import annotations
@@ -19,12 +21,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.processes import ProcessStartError, announced_url, stop_process
+
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 _POLL_S = 0.05
-
-
-class StartError(RuntimeError):
-    pass
 
 
 @dataclass
@@ -38,13 +38,7 @@ class Service:
         return [self.process.pid, *descendants(self.process.pid)]
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout_s)
+        stop_process(self.process, timeout_s)
 
 
 @contextlib.contextmanager
@@ -75,8 +69,8 @@ def _log_tail(path: Path, lines: int = 15) -> str:
         return ""
 
 
-def _failed(name: str, log_path: Path, why: str) -> StartError:
-    return StartError(f"{name} {why}; last lines of {log_path}:\n{_log_tail(log_path)}")
+def _failed(name: str, log_path: Path, why: str) -> ProcessStartError:
+    return ProcessStartError(f"{name} {why}; last lines of {log_path}:\n{_log_tail(log_path)}")
 
 
 def start_announcing(
@@ -86,8 +80,8 @@ def start_announcing(
     process = _spawn(argv, log_path, cwd, env)
     for _ in range(int(timeout_s / _POLL_S)):
         for line in log_path.read_text(errors="replace").splitlines():
-            if " listening on " in line:
-                url = line.strip().rsplit(" ", 1)[-1].removesuffix("/v1")
+            url = announced_url(line)
+            if url is not None:
                 return Service(name, process, url, log_path)
         if process.poll() is not None:
             raise _failed(name, log_path, f"exited with {process.returncode} before it was ready")

@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from procs import Service, rss_bytes, run_time_s
-from runner import Figures, Limits, PathUnderTest, Scenario, each_window, measure_window
+from bench.support.procs import Service, rss_bytes, run_time_s
+from bench.support.runner import Figures, Limits, PathUnderTest, Scenario, each_window, measure_window
 
 Counter = Callable[[], int]
 

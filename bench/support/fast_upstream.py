@@ -1,6 +1,6 @@
 """A minimal, very fast OpenAI-compatible upstream for the overhead benchmark.
 
-`python bench/fast_upstream.py [--port 0] [--chunks 20]` prints
+`python bench/support/fast_upstream.py [--port 0] [--chunks 20]` prints
 `upstream listening on http://127.0.0.1:PORT/v1` once it accepts connections.
 
 It is a raw asyncio protocol with the httptools parser on uvloop, and every reply is rendered once
