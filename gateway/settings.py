@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from common.problems import key_path, pydantic_message
 
@@ -112,6 +112,14 @@ class DeploymentSettings(Frozen):
     continuation: Continuation = Continuation.NONE
     health_path: str = Field(default="/models", description="relative to api_base, or a full URL")
     load_hook: LoadHook | None = None
+
+    @field_validator("api_key")
+    @classmethod
+    def _sendable_key(cls, key: str) -> str:
+        # Sent in a header: refused at start, naming the key (never quoting it), not on every request.
+        if not all("!" <= character <= "~" for character in key):
+            raise ValueError("must be printable ASCII without spaces (it is sent as an HTTP header)")
+        return key
 
 
 class ModelSettings(Frozen):
