@@ -22,7 +22,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gateway.auth import new_secret
+from gateway.auth.stage import new_secret
 from tests.procs import delete_redis_prefix, deployment, gateway_config, running_gateway, start_sim
 
 MODEL = "sim-model"

@@ -25,7 +25,9 @@ from gateway.admission import RetryDiscipline
 from gateway.approvals import ApprovalService
 from gateway.audit import AuditWriter
 from gateway.audit_records import AuditRequests, RefusalTally
-from gateway.auth import Authenticate, Authenticator
+from gateway.auth.api_keys import KeyService
+from gateway.auth.stage import Authenticate, Authenticator
+from gateway.auth.tenancy import ModelTenancy
 from gateway.backends.factory import build_backend
 from gateway.http.admin_api import build_admin_router
 from gateway.http.admin_pages import admin_page_routes, openapi_routes
@@ -37,7 +39,6 @@ from gateway.http.openai_api import OpenAIApi
 from gateway.http.releases_api import build_releases_router
 from gateway.http.requests import ParseRequest
 from gateway.http.sessions_api import SessionsApi
-from gateway.keys import KeyService
 from gateway.pipeline import Call, Meter, ResolveModel, Stage, compose
 from gateway.quota import Admit
 from gateway.releases.candidate_path import CandidatePath
@@ -53,7 +54,6 @@ from gateway.store.base import Store
 from gateway.store.factory import open_store
 from gateway.store_epoch import StoreEpoch
 from gateway.telemetry import Telemetry
-from gateway.tenancy import ModelTenancy
 from gateway.tool_policy import CollectApproval, PolicyHolder, ToolPolicy
 from gateway.trace_stage import TraceRequests
 

@@ -20,10 +20,10 @@ from typing import Any
 
 import orjson
 
+from gateway.auth.principal import Principal
 from gateway.backends.base import Chunk
 from gateway.errors import InsufficientQuota, RateLimited, StoreNotReached, StoreUnavailable
 from gateway.pipeline import Handler, RequestContext
-from gateway.principal import Principal
 from gateway.settings import FailMode, QuotaSettings
 from gateway.store.base import AdmitRequest, AdmitResult, Limits, QuotaScope, QuotaStore, Reservation, ScopeUsage
 from gateway.store.session_record import QuotaHold

@@ -30,11 +30,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from gateway import sse
+from gateway.auth.principal import Principal
 from gateway.backends.base import Chunk, Usage
 from gateway.errors import Conflict, InvalidRequest, NotFound, StoreCorrupt, StoreUnavailable
 from gateway.http.errors import error_body, gateway_error_body, stream_failure
 from gateway.pipeline import Handler, RequestContext
-from gateway.principal import Principal
 from gateway.session_log import SessionLog, content_of
 from gateway.settings import DisconnectPolicy, SessionSettings
 from gateway.store.base import SessionCheckpoint, SessionStore

@@ -24,10 +24,10 @@ from typing import Any
 
 from gateway.approvals import APPROVED, PENDING, ApprovalService
 from gateway.audit import AuditWriter
+from gateway.auth.principal import Principal
 from gateway.backends.base import Chunk, ToolCallDelta
 from gateway.errors import InvalidRequest, PermissionDenied
 from gateway.pipeline import Handler, RequestContext
-from gateway.principal import Principal
 from gateway.store.approval_record import Approval
 from policies import (
     Allow,

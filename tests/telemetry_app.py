@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from gateway.app import create_app
-from gateway.auth import new_secret
+from gateway.auth.stage import new_secret
 from gateway.settings import parse_settings
 from gateway.telemetry import Telemetry
 from tests.doubles import ScriptedBackend

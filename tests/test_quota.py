@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from gateway.auth.principal import Principal
 from gateway.backends.base import Chunk
 from gateway.errors import RateLimited
 from gateway.pipeline import RequestContext
-from gateway.principal import Principal
 from gateway.quota import Admit
 from gateway.settings import EmbeddedStoreSettings, QuotaSettings
 from gateway.store.base import Limits

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, TypeVar
 
 import click
 
+from gateway.auth.principal import Principal, Scope
 from gateway.errors import GatewayError
-from gateway.principal import Principal, Scope
 from gateway.store.base import Limits, Store
 
 if TYPE_CHECKING:  # imported when a command runs: `gateway <group> --help` needs none of them

@@ -36,10 +36,10 @@ import orjson
 
 from gateway.approvals import APPROVED, ApprovalService
 from gateway.audit import AuditWriter
+from gateway.auth.principal import Principal
 from gateway.errors import RateLimited, StoreUnavailable
 from gateway.mcp.status import UpstreamStatus
 from gateway.mcp.upstream import UpstreamCallFailed, UpstreamServer, UpstreamUnavailable
-from gateway.principal import Principal
 from gateway.quota import Admit
 from gateway.settings import McpSettings
 from gateway.store.approval_record import Approval

@@ -11,8 +11,8 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from gateway.auth.principal import Principal, Scope
 from gateway.errors import Conflict, GatewayError, InvalidRequest
-from gateway.principal import Principal, Scope
 from gateway.releases.canary import Outcome
 from gateway.store.base import Limits
 from gateway.store.release_record import Canary, CanarySettings, Release

@@ -22,8 +22,8 @@ from typing import Any
 
 from checkpoints.registry import CheckpointRegistry, RegistryError
 from gateway.audit import AuditWriter
+from gateway.auth.principal import Principal, Scope
 from gateway.errors import Conflict, InvalidRequest, NotFound
-from gateway.principal import Principal, Scope
 from gateway.releases.canary import CanaryMonitor
 from gateway.releases.canary_ops import CanaryOps
 from gateway.releases.candidate_path import CandidatePath

@@ -18,10 +18,10 @@ from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 
 from checkpoints.registry import verify
+from gateway.auth.principal import Scope
 from gateway.backends.base import Chunk
 from gateway.errors import GatewayError, PermissionDenied, StoreCorrupt
 from gateway.pipeline import Handler, RequestContext
-from gateway.principal import Scope
 from gateway.releases.canary import Outcome
 from gateway.releases.candidate_path import RELEASE_HEADER
 from gateway.releases.service import ActiveReleases, ReleaseService

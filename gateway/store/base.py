@@ -127,7 +127,7 @@ class SessionCheckpoint:
 
 
 class KeyStore(Protocol):
-    """API key records (gateway/keys.py, auth.py)."""
+    """API key records (gateway/auth/api_keys.py, auth/stage.py)."""
 
     async def put_key(self, record: KeyRecord) -> None:
         """Insert or replace a key record (and its digest index)."""

@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from checkpoints.registry import CheckpointRegistry
+from gateway.auth.principal import Limits, Principal
 from gateway.errors import Conflict
-from gateway.principal import Limits, Principal
 from gateway.releases.preflight import PreflightChecks, PreflightFailed
 from gateway.releases.service import ActiveReleases, ReleaseService
 from gateway.settings import DeploymentSettings, LoadHook, LoadHookKind

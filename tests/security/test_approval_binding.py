@@ -14,9 +14,9 @@ import pytest
 
 from gateway.approvals import ApprovalService
 from gateway.audit import AuditWriter
+from gateway.auth.principal import Principal
 from gateway.errors import InvalidRequest
 from gateway.pipeline import Call, RequestContext, compose
-from gateway.principal import Principal
 from gateway.routing.deployment import Deployment
 from gateway.routing.router import ModelGroup, Router
 from gateway.routing.strategies import STRATEGIES
