@@ -23,8 +23,8 @@ from starlette.routing import Route
 from checkpoints.registry import CheckpointRegistry
 from gateway.admission import RetryDiscipline
 from gateway.approvals import ApprovalService
-from gateway.audit import AuditWriter
-from gateway.audit_records import AuditRequests, RefusalTally
+from gateway.audit.stage import AuditRequests, RefusalTally
+from gateway.audit.writer import AuditWriter
 from gateway.auth.api_keys import KeyService
 from gateway.auth.stage import Authenticate, Authenticator
 from gateway.auth.tenancy import ModelTenancy

@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from gateway.audit import AuditWriter
+from gateway.audit.writer import AuditWriter
 from gateway.auth.principal import Principal, Scope
 from gateway.errors import Conflict, InvalidRequest, NotFound, PermissionDenied
 from gateway.store.approval_record import Approval, Decision, ExcerptMessage

@@ -41,7 +41,7 @@ from gateway.routing.breaker import BreakerState
 from gateway.settings import BackendKind, DeploymentSettings, TelemetrySettings
 
 if TYPE_CHECKING:
-    from gateway.audit import AuditWriter
+    from gateway.audit.writer import AuditWriter
     from gateway.routing.router import Router
 
 log = logging.getLogger(__name__)

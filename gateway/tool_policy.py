@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.approvals import APPROVED, PENDING, ApprovalService
-from gateway.audit import AuditWriter
+from gateway.audit.writer import AuditWriter
 from gateway.auth.principal import Principal
 from gateway.backends.base import Chunk, ToolCallDelta
 from gateway.errors import InvalidRequest, PermissionDenied

@@ -16,7 +16,7 @@ from collections.abc import AsyncGenerator, Sequence
 from opentelemetry import context
 from opentelemetry.trace import StatusCode
 
-from gateway.audit_records import CLIENT_CLOSED, failure_reason
+from gateway.audit.stage import CLIENT_CLOSED, failure_reason
 from gateway.backends.base import Chunk
 from gateway.errors import GatewayError
 from gateway.pipeline import Handler, RequestContext

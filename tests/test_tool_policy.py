@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gateway.approvals import ApprovalService
-from gateway.audit import AuditWriter, iterate
+from gateway.audit.writer import AuditWriter, iterate
 from gateway.auth.principal import Principal
 from gateway.backends.base import Chunk, ToolCallDelta
 from gateway.pipeline import Call, RequestContext, compose

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.audit import AuditWriter
+from gateway.audit.writer import AuditWriter
 from gateway.auth.principal import Principal, Scope
 from gateway.auth.stage import digest, new_secret
 from gateway.errors import InvalidRequest, NotFound, PermissionDenied

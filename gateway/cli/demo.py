@@ -101,7 +101,7 @@ def demo_settings(sim_urls: list[str], data_dir: Path) -> dict[str, object]:
 
 async def _demo_keys(settings: Settings) -> tuple[str, str]:
     """A chat key for the agent and an approver key for the person, both of tenant "demo"."""
-    from gateway.audit import AuditWriter
+    from gateway.audit.writer import AuditWriter
     from gateway.auth.api_keys import KeyService, NewKey
     from gateway.cli.context import operator_principal
     from gateway.store.base import Limits

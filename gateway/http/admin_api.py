@@ -12,7 +12,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.audit import iterate, verify_store
+from gateway.audit.writer import iterate, verify_store
 from gateway.auth.api_keys import KeyService, NewKey, public_view
 from gateway.auth.principal import Principal, Scope
 from gateway.auth.stage import Authenticator

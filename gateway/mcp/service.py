@@ -35,7 +35,7 @@ import mcp_types as types
 import orjson
 
 from gateway.approvals import APPROVED, ApprovalService
-from gateway.audit import AuditWriter
+from gateway.audit.writer import AuditWriter
 from gateway.auth.principal import Principal
 from gateway.errors import RateLimited, StoreUnavailable
 from gateway.mcp.status import UpstreamStatus

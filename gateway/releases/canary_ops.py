@@ -20,7 +20,7 @@ from gateway.store.release_record import Canary, CanarySettings, Release
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
 
-    from gateway.audit import AuditWriter
+    from gateway.audit.writer import AuditWriter
     from gateway.releases.canary import CanaryMonitor
     from gateway.releases.service import ActiveReleases
     from gateway.routing.router import ModelGroup

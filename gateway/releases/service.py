@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from checkpoints.registry import CheckpointRegistry, RegistryError
-from gateway.audit import AuditWriter
+from gateway.audit.writer import AuditWriter
 from gateway.auth.principal import Principal, Scope
 from gateway.errors import Conflict, InvalidRequest, NotFound
 from gateway.releases.canary import CanaryMonitor

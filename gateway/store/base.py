@@ -165,7 +165,7 @@ class QuotaStore(Protocol):
 
 
 class AuditStore(Protocol):
-    """The hash-chained audit log (gateway/audit.py)."""
+    """The hash-chained audit log (gateway/audit/writer.py)."""
 
     async def audit_head(self) -> AuditHead: ...
 

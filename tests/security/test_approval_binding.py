@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from gateway.approvals import ApprovalService
-from gateway.audit import AuditWriter
+from gateway.audit.writer import AuditWriter
 from gateway.auth.principal import Principal
 from gateway.errors import InvalidRequest
 from gateway.pipeline import Call, RequestContext, compose
