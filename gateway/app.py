@@ -21,7 +21,6 @@ from fastapi.telemetry import TelemetryConfig
 from starlette.routing import Route
 
 from checkpoints.registry import CheckpointRegistry
-from gateway.admission import RetryDiscipline
 from gateway.approvals import ApprovalService
 from gateway.audit.stage import AuditRequests, RefusalTally
 from gateway.audit.writer import AuditWriter
@@ -40,7 +39,8 @@ from gateway.http.releases_api import build_releases_router
 from gateway.http.requests import ParseRequest
 from gateway.http.sessions_api import SessionsApi
 from gateway.pipeline import Call, Meter, ResolveModel, Stage, compose
-from gateway.quota import Admit
+from gateway.quota.admission import RetryDiscipline
+from gateway.quota.stage import Admit
 from gateway.releases.candidate_path import CandidatePath
 from gateway.releases.service import ActiveReleases, ReleaseService
 from gateway.releases.serving import ApplyRelease, CanaryFallback, CheckpointWatch, ReleaseWatcher

@@ -40,7 +40,7 @@ from gateway.auth.principal import Principal
 from gateway.errors import RateLimited, StoreUnavailable
 from gateway.mcp.status import UpstreamStatus
 from gateway.mcp.upstream import UpstreamCallFailed, UpstreamServer, UpstreamUnavailable
-from gateway.quota import Admit
+from gateway.quota.stage import Admit
 from gateway.settings import McpSettings
 from gateway.store.approval_record import Approval
 from gateway.tasks import cancel_and_wait

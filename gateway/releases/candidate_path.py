@@ -26,7 +26,7 @@ from gateway.backends.base import Chunk
 from gateway.http.errors import install_error_handlers
 from gateway.http.openai_api import OpenAIApi
 from gateway.pipeline import Handler, RequestContext, Stage, compose
-from gateway.quota import Admit
+from gateway.quota.stage import Admit
 from gateway.settings import ServerSettings
 
 RELEASE_HEADER = "x-gateway-release"

@@ -145,7 +145,7 @@ class KeyStore(Protocol):
 
 
 class QuotaStore(Protocol):
-    """Quota windows and concurrency leases (gateway/quota.py)."""
+    """Quota windows and concurrency leases (gateway/quota/stage.py)."""
 
     async def admit(self, request: AdmitRequest) -> AdmitResult:
         """Check and take, atomically and for every scope at once: one request of the RPM

@@ -28,7 +28,7 @@ from gateway.settings import FailMode, QuotaSettings
 from gateway.store.base import AdmitRequest, AdmitResult, Limits, QuotaScope, QuotaStore, Reservation, ScopeUsage
 from gateway.store.session_record import QuotaHold
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("gateway.quota")  # its name as gateway/quota.py: operators filter by it
 
 _RETRY_S = (0.05, 1.0)  # settling against a store that is down: first retry, longest wait
 
