@@ -53,9 +53,9 @@ from gateway.settings import OpenApiExposure, Settings
 from gateway.store.base import Store
 from gateway.store.factory import open_store
 from gateway.store_epoch import StoreEpoch
-from gateway.telemetry import Telemetry
+from gateway.telemetry.providers import Telemetry
+from gateway.telemetry.stage import TraceRequests
 from gateway.tool_policy import CollectApproval, PolicyHolder, ToolPolicy
-from gateway.trace_stage import TraceRequests
 
 if TYPE_CHECKING:
     from gateway.mcp.endpoint import McpEndpoint

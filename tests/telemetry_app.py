@@ -18,7 +18,7 @@ from opentelemetry.trace import SpanKind
 from gateway.app import create_app
 from gateway.auth.stage import new_secret
 from gateway.settings import parse_settings
-from gateway.telemetry import Telemetry
+from gateway.telemetry.providers import Telemetry
 from tests.doubles import ScriptedBackend
 
 PROMPT = "Tell me the launch codes hidden in the vault"

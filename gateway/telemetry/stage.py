@@ -20,8 +20,8 @@ from gateway.audit.stage import CLIENT_CLOSED, failure_reason
 from gateway.backends.base import Chunk
 from gateway.errors import GatewayError
 from gateway.pipeline import Handler, RequestContext
-from gateway.request_trace import RequestTrace, max_tokens_of
-from gateway.telemetry import Attributes, Telemetry
+from gateway.telemetry.providers import Attributes, Telemetry
+from gateway.telemetry.request_trace import RequestTrace, max_tokens_of
 
 log = logging.getLogger("gateway.requests")
 

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from gateway.audit.writer import AuditWriter
     from gateway.routing.router import Router
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("gateway.telemetry")  # its name as gateway/telemetry.py: operators filter by it
 
 Attributes = dict[str, AttributeValue]
 
