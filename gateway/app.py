@@ -21,7 +21,8 @@ from fastapi.telemetry import TelemetryConfig
 from starlette.routing import Route
 
 from checkpoints.registry import CheckpointRegistry
-from gateway.approvals import ApprovalService
+from gateway.approvals.service import ApprovalService
+from gateway.approvals.tool_policy import CollectApproval, PolicyHolder, ToolPolicy
 from gateway.audit.stage import AuditRequests, RefusalTally
 from gateway.audit.writer import AuditWriter
 from gateway.auth.api_keys import KeyService
@@ -55,7 +56,6 @@ from gateway.store.factory import open_store
 from gateway.store_epoch import StoreEpoch
 from gateway.telemetry.providers import Telemetry
 from gateway.telemetry.stage import TraceRequests
-from gateway.tool_policy import CollectApproval, PolicyHolder, ToolPolicy
 
 if TYPE_CHECKING:
     from gateway.mcp.endpoint import McpEndpoint

@@ -34,7 +34,8 @@ from typing import Any, cast
 import mcp_types as types
 import orjson
 
-from gateway.approvals import APPROVED, ApprovalService
+from gateway.approvals.service import APPROVED, ApprovalService
+from gateway.approvals.tool_policy import PolicyHolder
 from gateway.audit.writer import AuditWriter
 from gateway.auth.principal import Principal
 from gateway.errors import RateLimited, StoreUnavailable
@@ -44,7 +45,6 @@ from gateway.quota.stage import Admit
 from gateway.settings import McpSettings
 from gateway.store.approval_record import Approval
 from gateway.tasks import cancel_and_wait
-from gateway.tool_policy import PolicyHolder
 from policies import Allow, ApprovalMode, Deny, NeedsApproval
 
 log = logging.getLogger(__name__)

@@ -237,7 +237,7 @@ class SessionStore(Protocol):
 
 
 class ApprovalStore(Protocol):
-    """Human approvals of tool calls (gateway/approvals.py)."""
+    """Human approvals of tool calls (gateway/approvals/service.py)."""
 
     # An approval is a human's decision on a high-risk tool call: an `Approval` the gateway
     # builds (status "pending" | "approved" | "rejected" | "expired", requested_at and expires_at
