@@ -49,7 +49,8 @@ from gateway.routing.deployment import Deployment
 from gateway.routing.health import HealthMonitor
 from gateway.routing.router import ModelGroup, Router
 from gateway.routing.strategies import STRATEGIES
-from gateway.sessions import AppendHistory, AssignSession, ClaimSession, SessionManager
+from gateway.sessions.manager import SessionManager
+from gateway.sessions.stage import AppendHistory, AssignSession, ClaimSession
 from gateway.settings import OpenApiExposure, Settings
 from gateway.store.base import Store
 from gateway.store.factory import open_store

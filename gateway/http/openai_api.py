@@ -28,7 +28,7 @@ from gateway.errors import GatewayError
 from gateway.http.errors import gateway_error_body, gateway_error_response, stream_failure
 from gateway.http.requests import read_body
 from gateway.pipeline import Handler, RequestContext
-from gateway.sessions import SessionManager
+from gateway.sessions.manager import SessionManager
 from gateway.settings import ServerSettings
 from gateway.wire import ChunkRenderer, Completion, dumps
 

@@ -11,7 +11,7 @@ from starlette.routing import BaseRoute, Route
 from gateway.auth.principal import Principal, Scope
 from gateway.auth.stage import Authenticator
 from gateway.errors import InvalidRequest
-from gateway.sessions import SessionManager
+from gateway.sessions.manager import SessionManager
 from gateway.wire import dumps
 
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}

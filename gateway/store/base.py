@@ -190,7 +190,7 @@ class AuditStore(Protocol):
 
 
 class SessionStore(Protocol):
-    """Resumable stream checkpoints (gateway/sessions.py)."""
+    """Resumable stream checkpoints (gateway/sessions/)."""
 
     # A session is the checkpoint of a streamed response: a `SessionState`, an append-only log of
     # SSE events numbered from 1, and a lease naming the replica that owns the live stream.
