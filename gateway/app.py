@@ -44,7 +44,8 @@ from gateway.quota.admission import RetryDiscipline
 from gateway.quota.stage import Admit
 from gateway.releases.candidate_path import CandidatePath
 from gateway.releases.service import ActiveReleases, ReleaseService
-from gateway.releases.serving import ApplyRelease, CanaryFallback, CheckpointWatch, ReleaseWatcher
+from gateway.releases.stage import ApplyRelease, CanaryFallback
+from gateway.releases.watchers import CheckpointWatch, ReleaseWatcher
 from gateway.routing.deployment import Deployment
 from gateway.routing.health import HealthMonitor
 from gateway.routing.router import ModelGroup, Router

@@ -130,7 +130,7 @@ def _data_folder(given: Path | None) -> Path:
 
 def _start_sims(ports: list[str], started: list[Announced]) -> None:
     """Start a sim per port, appending each to `started` (the caller stops them)."""
-    from gateway.cli.serving import port_in_use
+    from gateway.cli.uvicorn_runner import port_in_use
 
     for port in ports:
         if port != "0":  # checked here so the message names the demo's flag, not the sim's
@@ -172,7 +172,7 @@ def demo_command(
     Ctrl-C (or SIGTERM, SIGHUP) stops the gateway and both backends and removes the demo's data
     folder unless --keep-data or --data-dir is given."""
     from gateway.app import create_app
-    from gateway.cli.serving import base_url, bind, serve
+    from gateway.cli.uvicorn_runner import base_url, bind, serve
     from gateway.logging_setup import configure_logging
     from gateway.settings import parse_settings
 

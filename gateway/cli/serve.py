@@ -41,7 +41,7 @@ def load_or_exit(path: Path) -> Settings:
 def serve_command(config_path: Path, host: str | None, port: int | None, log_level: str, workers: int) -> None:
     """Serve the gateway described by a config file."""
     from gateway.app import create_app  # the service's imports are paid only by commands that serve
-    from gateway.cli.serving import base_url, bind, serve
+    from gateway.cli.uvicorn_runner import base_url, bind, serve
     from gateway.logging_setup import configure_logging
 
     settings = load_or_exit(config_path)

@@ -1,5 +1,5 @@
 """Canaries: a share of new requests to a candidate, judged against the active release (canary.py),
-ended on a breach (a request the candidate fails is served by the active release, serving.py),
+ended on a breach (a request the candidate fails is served by the active release, stage.py),
 moved up through its steps after clean windows, and promoted at the last one.
 """
 
