@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -40,6 +41,8 @@ if TYPE_CHECKING:
     from gateway.routing.health import HealthMonitor
     from gateway.routing.router import ModelGroup
     from gateway.store.release_record import Release
+
+log = logging.getLogger(__name__)
 
 
 Served = dict[str, str | None]  # deployment -> the weights it reports serving (None: it does not say)
@@ -79,16 +82,24 @@ class PreflightChecks:
         does not switch to give back; a refusal here gives them back itself and says so."""
         loaded = [] if loaded is None else loaded
         problems = await self._checkpoint_problems(record)
-        # Nothing is loaded into an engine from a checkpoint that does not verify.
-        problems += await self._health_problems(record, bring_up and not problems, loaded)
-        serving: Served = {}
-        if not problems:
-            serving, mismatched = await self._served(record)
-            problems += mismatched
-        if run_evals and not problems:
-            problems += await self._eval_problems(record, actor)
-        if not problems:
-            problems += await self._smoke_problems(record, actor)
+        try:
+            # Nothing is loaded into an engine from a checkpoint that does not verify.
+            problems += await self._health_problems(record, bring_up and not problems, loaded)
+            serving: Served = {}
+            if not problems:
+                serving, mismatched = await self._served(record)
+                problems += mismatched
+            if run_evals and not problems:
+                problems += await self._eval_problems(record, actor)
+            if not problems:
+                problems += await self._smoke_problems(record, actor)
+        except BaseException:  # the caller gone (cancelled) or a check crashed, after a load
+            if loaded:
+                stopped = f"{record.model}@{record.version}"
+                log.warning("preflight of %s stopped after loading adapters; giving them back", stopped)
+                await asyncio.shield(give_back(loaded))
+                loaded.clear()
+            raise
         if problems and loaded:
             problems.append(f"nothing switched: {await give_back(loaded)}")
             loaded.clear()

@@ -11,6 +11,7 @@ poll interval (`ReleaseWatcher`).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import subprocess
@@ -23,7 +24,7 @@ from typing import Any
 from checkpoints.registry import CheckpointRegistry, RegistryError
 from gateway.audit.writer import AuditWriter
 from gateway.auth.principal import Principal, Scope
-from gateway.errors import Conflict, InvalidRequest, NotFound
+from gateway.errors import Conflict, InvalidRequest, NotFound, StoreUnavailable
 from gateway.releases.canary import CanaryMonitor
 from gateway.releases.canary_ops import CanaryOps
 from gateway.releases.candidate_path import CandidatePath
@@ -188,21 +189,40 @@ class ReleaseService(PreflightChecks, CanaryOps):
         record = await self.release(model, target)
         # The old release passed its evals already; its deployments may need bringing back.
         loaded: list[LoadedAdapter] = []
-        preflight = self.preflight(record, run_evals=False, bring_up=True, actor=actor, loaded=loaded)
-        serving = await self._checked(actor, "release.rollback", record, preflight)
         try:
+            preflight = self.preflight(record, run_evals=False, bring_up=True, actor=actor, loaded=loaded)
+            serving = await self._checked(actor, "release.rollback", record, preflight)
             result = await self._switch(actor, model, target, "release.rollback", reason, serving)
-        except Conflict as lost:
+        except BaseException as failure:  # a lost switch, a store error, or the caller gone (cancelled)
             if not loaded:
                 raise
-            # The adapters loaded for this rollback would serve under a release that is not active.
-            raise Conflict(f"{lost.message}; nothing switched: {await give_back(loaded)}") from None
+            # Shielded: a second cancellation must not leave the engines half given back.
+            said = await asyncio.shield(self._give_back_unless_switched(model, target, loaded))
+            if isinstance(failure, Conflict):
+                raise Conflict(f"{failure.message}; {said}") from None
+            raise
         try:  # verified after the switch too; the switch stands either way, so report, not raise
             await self.preflight(record, run_evals=False, actor=actor)
         except PreflightFailed as problem:
             log.warning("after rolling back %s to %s: %s", model, target, problem.message)
             return {**result, "post_check": problem.message}
         return {**result, "post_check": "ok"}
+
+    async def _give_back_unless_switched(self, model: str, target: str, loaded: list[LoadedAdapter]) -> str:
+        """After a rollback failed past its loads: the adapters loaded would serve under a release
+        that is not active, so give them back, unless the switch landed before the failure (then
+        they are what the active release needs). When the store cannot say, touch nothing."""
+        try:
+            active, _ = await self._store.release_active(model)
+        except StoreUnavailable as error:
+            why = f"the store cannot say whether the switch landed ({error})"
+            log.error("rollback of %s to %s failed after loading adapters; %s: they stay", model, target, why)
+            return "the adapters loaded stay: the store cannot say whether the switch landed"
+        if active == target:
+            return "the switch landed; the adapters loaded stay"
+        said = f"nothing switched: {await give_back(loaded)}"
+        log.warning("rollback of %s to %s failed after loading adapters; %s", model, target, said)
+        return said
 
     async def _switch(
         self,

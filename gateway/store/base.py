@@ -11,57 +11,18 @@ escapes an implementation.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass, field
+from typing import Protocol
 
 from gateway.store.approval_record import Approval, Decision
 from gateway.store.audit_batch import AuditHead as AuditHead  # re-exported: every consumer imports it from here
 from gateway.store.audit_batch import AuditRecord as AuditRecord
+from gateway.store.key_record import KeyRecord as KeyRecord  # re-exported, as above
+from gateway.store.key_record import Limits as Limits
 from gateway.store.release_record import Canary, HistoryEntry, Release
 from gateway.store.session_record import SessionState
 
 WINDOW_S = 60  # RPM and TPM are counted over a sliding window of this many one-second buckets
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    """None means unlimited."""
-
-    rpm: int | None = None
-    tpm: int | None = None
-    max_concurrency: int | None = None
-    daily_tokens: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class KeyRecord:
-    """An API key as stored: never the secret, only its SHA-256 digest."""
-
-    id: str
-    name: str
-    tenant: str
-    digest: str
-    prefix: str  # the first characters of the secret, to recognise a key in listings
-    scopes: tuple[str, ...]
-    models: tuple[str, ...]  # empty: every model
-    limits: Limits
-    created_at: float
-    expires_at: float | None = None
-    revoked_at: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> KeyRecord:
-        return cls(
-            **{
-                **raw,
-                "scopes": tuple(raw["scopes"]),
-                "models": tuple(raw["models"]),
-                "limits": Limits(**raw["limits"]),
-            }
-        )
 
 
 @dataclass(frozen=True, slots=True)

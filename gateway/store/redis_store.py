@@ -77,8 +77,17 @@ def _admit_result(raw: dict[str, Any], request: AdmitRequest) -> AdmitResult:
     return AdmitResult(admitted=True, reservation=reservation, usage=usage)
 
 
-def _sorted_records(raw: list[bytes | str | None], tenant: str | None) -> list[KeyRecord]:
-    records = [KeyRecord.from_dict(orjson.loads(r)) for r in raw if r is not None]
+def _text(raw: bytes | str) -> str:
+    return raw.decode() if isinstance(raw, bytes) else raw
+
+
+def _key_record(raw: bytes | str, key_id: str) -> KeyRecord:
+    with stored("API key", key_id):
+        return KeyRecord.from_json(raw)
+
+
+def _sorted_records(raw: dict[str, bytes | str | None], tenant: str | None) -> list[KeyRecord]:
+    records = [_key_record(record, key_id) for key_id, record in raw.items() if record is not None]
     # A tenant's id set may still name a key that moved to another tenant.
     records = [r for r in records if tenant is None or r.tenant == tenant]
     return sorted(records, key=lambda r: (r.created_at, r.id))
@@ -141,25 +150,27 @@ class RedisStore:
     async def get_key(self, key_id: str) -> KeyRecord | None:
         with unavailable("get_key"):
             raw = await self._redis.hget(keys.key_records(self._prefix), key_id)
-        return None if raw is None else KeyRecord.from_dict(orjson.loads(raw))
+        return None if raw is None else _key_record(raw, key_id)
 
     async def find_key(self, digest: str) -> KeyRecord | None:
         names = [keys.key_records(self._prefix), keys.key_digests(self._prefix)]
         with unavailable("find_key"):
             raw = await self._find_key(keys=names, args=[digest])
-        record = None if raw is None else KeyRecord.from_dict(orjson.loads(raw))
+        # Named by its digest's start, which the caller can compute from its own secret.
+        record = None if raw is None else _key_record(raw, f"with digest {digest[:12]}")
         return record if record is not None and record.digest == digest else None
 
     async def list_keys(self, tenant: str | None) -> list[KeyRecord]:
         records = keys.key_records(self._prefix)
-        raw: list[bytes | str | None] = []
+        raw: dict[str, bytes | str | None] = {}
         with unavailable("list_keys"):
             if tenant is None:
-                raw = list(await self._redis.hvals(records))
+                raw = {_text(key_id): record for key_id, record in (await self._redis.hgetall(records)).items()}
             else:
-                ids = await self._redis.smembers(keys.tenant_key_ids(self._prefix, tenant))
+                members = await self._redis.smembers(keys.tenant_key_ids(self._prefix, tenant))
+                ids = sorted(_text(key_id) for key_id in members)
                 if ids:
-                    raw = await self._redis.hmget(records, sorted(ids))
+                    raw = dict(zip(ids, await self._redis.hmget(records, ids), strict=True))
         return _sorted_records(raw, tenant)
 
     # --- quotas ---------------------------------------------------------------------------

@@ -55,8 +55,9 @@ CREATE TABLE IF NOT EXISTS audit_marks (  -- 'head', 'anchor' and 'epoch'
 """
 
 
-def _record(raw: bytes | str) -> KeyRecord:
-    return KeyRecord.from_dict(orjson.loads(raw))
+def _record(raw: bytes | str, key: str) -> KeyRecord:
+    with stored("API key", key):
+        return KeyRecord.from_json(raw)
 
 
 class SqliteDb:
@@ -109,21 +110,22 @@ class SqliteDb:
     @staticmethod
     def get_key(db: sqlite3.Connection, key_id: str) -> KeyRecord | None:
         row = db.execute("SELECT record FROM api_keys WHERE id = ?", (key_id,)).fetchone()
-        return None if row is None else _record(row[0])
+        return None if row is None else _record(row[0], key_id)
 
     @staticmethod
     def find_key(db: sqlite3.Connection, digest: str) -> KeyRecord | None:
         row = db.execute("SELECT record FROM api_keys WHERE digest = ?", (digest,)).fetchone()
-        return None if row is None else _record(row[0])
+        # Named by its digest's start, which the caller can compute from its own secret.
+        return None if row is None else _record(row[0], f"with digest {digest[:12]}")
 
     @staticmethod
     def list_keys(db: sqlite3.Connection, tenant: str | None) -> list[KeyRecord]:
         if tenant is None:
-            rows = db.execute("SELECT record FROM api_keys ORDER BY created_at, id").fetchall()
+            rows = db.execute("SELECT record, id FROM api_keys ORDER BY created_at, id").fetchall()
         else:
-            query = "SELECT record FROM api_keys WHERE tenant = ? ORDER BY created_at, id"
+            query = "SELECT record, id FROM api_keys WHERE tenant = ? ORDER BY created_at, id"
             rows = db.execute(query, (tenant,)).fetchall()
-        return [_record(row[0]) for row in rows]
+        return [_record(record, key_id) for record, key_id in rows]
 
     # --- audit chain ----------------------------------------------------------------------
     @staticmethod

@@ -136,3 +136,12 @@ async def test_a_resumed_stream_whose_state_turns_malformed_mid_stream_ends_with
         assert reply.status_code == 200
         assert '"code":"store_record_corrupt"' in reply.text
         assert reply.text.rstrip().endswith("data: [DONE]")
+
+
+async def test_a_key_whose_stored_record_is_malformed_is_answered_store_record_corrupt(tmp_path: Path) -> None:
+    async with served(tmp_path) as (http, chat_key):
+        write_raw(tmp_path, "UPDATE api_keys SET record = ? WHERE tenant = 'acme'", BAD)
+        body = {"model": "sim-model", "messages": [{"role": "user", "content": "hi"}]}
+        chat = await http.post("/v1/chat/completions", json=body, headers={"authorization": f"Bearer {chat_key}"})
+        assert_corrupt(chat, "API key")
+        assert_corrupt(await http.get("/admin/keys"), "API key")

@@ -3,6 +3,7 @@ changes nothing passed, and a rollback refused after it gives the engine back wh
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import socket
@@ -15,7 +16,7 @@ import pytest
 
 from checkpoints.registry import CheckpointRegistry
 from gateway.auth.principal import Limits, Principal
-from gateway.errors import Conflict
+from gateway.errors import Conflict, StoreUnavailable
 from gateway.releases.preflight import PreflightChecks, PreflightFailed
 from gateway.releases.service import ActiveReleases, ReleaseService
 from gateway.settings import DeploymentSettings, LoadHook, LoadHookKind
@@ -196,6 +197,27 @@ async def test_a_rollback_whose_engine_cannot_list_its_adapters_loads_nothing(
     assert engines["ft"].loads == []
 
 
+def rollback_service(
+    cls: type[ReleaseService], checks: Checks, record: Release, active: str | Exception
+) -> ReleaseService:
+    """`cls` over a store holding `record`, whose active release reads as `active`."""
+
+    async def release_get(model: str, version: str) -> Release:
+        return record
+
+    async def release_active(model: str) -> tuple[str, int]:
+        if isinstance(active, Exception):
+            raise active
+        return active, 7
+
+    router = SimpleNamespace(groups={"m": checks._group("m")})
+    store = SimpleNamespace(release_get=release_get, release_active=release_active)
+    return cls(store, None, router, checks._health, None, ActiveReleases())  # type: ignore[arg-type]
+
+
+ADMIN = Principal("key_admin", "*", frozenset({"admin"}), frozenset(), Limits(), all_tenants=True)
+
+
 class LosingSwitch(ReleaseService):
     """Another switch keeps landing first: the compare-and-set is lost."""
 
@@ -210,19 +232,95 @@ async def test_a_rollback_that_loses_its_switch_gives_the_engine_back_its_adapte
     engines["ft"] = Engine(serving)
     checks = Checks(engines, hooked="ft")
     record = release(registry, "tiny-lora@100", ("ft",))
-
-    async def release_get(model: str, version: str) -> Release:
-        return record
-
-    router = SimpleNamespace(groups={"m": checks._group("m")})
-    store = SimpleNamespace(release_get=release_get)
-    service = LosingSwitch(store, None, router, checks._health, None, ActiveReleases())  # type: ignore[arg-type]
-    admin = Principal("key_admin", "*", frozenset({"admin"}), frozenset(), Limits(), all_tenants=True)
+    service = rollback_service(LosingSwitch, checks, record, "tiny-lora@200")
     with pytest.raises(Conflict) as lost:
-        await service.rollback(admin, "m", to_version="tiny-lora@100")
+        await service.rollback(ADMIN, "m", to_version="tiny-lora@100")
     assert engines["ft"].loads == [target, serving]
     assert engines["ft"].root == serving
     assert f"deployment ft now serves {serving}" in lost.value.message, lost.value.message
+
+
+class HangingSwitch(ReleaseService):
+    """The switch never returns (a stalled store): the caller gives up and cancels."""
+
+    entered: asyncio.Event
+
+    async def _switch(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        self.entered.set()
+        await asyncio.Future()  # until cancelled
+        raise AssertionError("unreachable")
+
+
+async def test_a_rollback_cancelled_between_its_load_and_the_switch_gives_the_engine_back_its_adapter(
+    engines: dict[str, Engine], registry: CheckpointRegistry
+) -> None:
+    serving, target = path_of(registry, "tiny-lora@200"), path_of(registry, "tiny-lora@100")
+    engines["ft"] = Engine(serving)
+    checks = Checks(engines, hooked="ft")
+    service = rollback_service(HangingSwitch, checks, release(registry, "tiny-lora@100", ("ft",)), "tiny-lora@200")
+    assert isinstance(service, HangingSwitch)
+    service.entered = asyncio.Event()
+    rollback = asyncio.ensure_future(service.rollback(ADMIN, "m", to_version="tiny-lora@100"))
+    await asyncio.wait_for(service.entered.wait(), timeout=10)
+    assert engines["ft"].root == target  # loaded: on this engine the load is the switch
+    rollback.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await rollback
+    assert engines["ft"].loads == [target, serving]
+    assert engines["ft"].root == serving
+
+
+class FailingSwitch(ReleaseService):
+    """The store fails the switch's write; whether it landed is for the store to say."""
+
+    async def _switch(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        raise StoreUnavailable("redis: release_activate failed: Timeout reading from 127.0.0.1:6379")
+
+
+@pytest.mark.parametrize(
+    ("active", "given_back"),
+    [("tiny-lora@200", True), ("tiny-lora@100", False), (StoreUnavailable("redis: down"), False)],
+    ids=["not-switched", "switched-before-the-error", "store-cannot-say"],
+)
+async def test_a_rollback_whose_switch_fails_gives_back_only_when_the_switch_did_not_land(
+    engines: dict[str, Engine], registry: CheckpointRegistry, active: str | Exception, given_back: bool
+) -> None:
+    serving, target = path_of(registry, "tiny-lora@200"), path_of(registry, "tiny-lora@100")
+    engines["ft"] = Engine(serving)
+    checks = Checks(engines, hooked="ft")
+    service = rollback_service(FailingSwitch, checks, release(registry, "tiny-lora@100", ("ft",)), active)
+    with pytest.raises(StoreUnavailable, match="release_activate"):
+        await service.rollback(ADMIN, "m", to_version="tiny-lora@100")
+    assert engines["ft"].root == (serving if given_back else target)
+
+
+class HangingListing(Checks):
+    """The engine accepts the load, then its listing never answers: the caller cancels."""
+
+    listing: asyncio.Event
+
+    async def _served(self, record: Release) -> Any:
+        self.listing.set()
+        await asyncio.Future()
+
+
+async def test_a_preflight_cancelled_after_its_load_gives_the_engine_back_its_adapter(
+    engines: dict[str, Engine], registry: CheckpointRegistry
+) -> None:
+    serving, target = path_of(registry, "tiny-lora@200"), path_of(registry, "tiny-lora@100")
+    engines["ft"] = Engine(serving)
+    checks = HangingListing(engines, hooked="ft")
+    checks.listing = asyncio.Event()
+    preflight = asyncio.ensure_future(
+        checks.preflight(release(registry, "tiny-lora@100", ("ft",)), run_evals=False, bring_up=True)
+    )
+    await asyncio.wait_for(checks.listing.wait(), timeout=10)
+    assert engines["ft"].root == target
+    preflight.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await preflight
+    assert engines["ft"].loads == [target, serving]
+    assert engines["ft"].root == serving
 
 
 class Unbindable:
@@ -257,6 +355,5 @@ async def test_a_preflight_listener_that_cannot_start_is_a_named_refusal_not_a_c
         created_at=0.0,
         smoke=SmokePin(samples=str(tmp_path / "samples.jsonl"), count=1),
     )
-    admin = Principal("key_admin", "*", frozenset({"admin"}), frozenset(), Limits(), all_tenants=True)
     with pytest.raises(PreflightFailed, match=r"replay smoke run: the local listener did not start: .*in use"):
-        await checks.preflight(record, run_evals=False, actor=admin)
+        await checks.preflight(record, run_evals=False, actor=ADMIN)

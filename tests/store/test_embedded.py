@@ -214,3 +214,41 @@ async def test_a_malformed_release_or_canary_reads_back_as_store_corrupt_naming_
             assert "secret" not in caught.value.public_message
     finally:
         await store.aclose()
+
+
+async def test_a_malformed_api_key_reads_back_as_store_corrupt_naming_it(tmp_path: Path) -> None:
+    store = EmbeddedStore(EmbeddedStoreSettings(path=tmp_path / "data"))
+    good = key_record("k1")
+    await store.put_key(good)
+    await store.put_key(key_record("k2"))
+    with sqlite3.connect(tmp_path / "data" / DB_FILE) as db:
+        # Limits(**raw) raised TypeError here, a 500 with a traceback on the auth path.
+        bad = orjson.dumps({**good.to_dict(), "id": "k2", "limits": {"rpm": 1, "secret": 7}})
+        db.execute("UPDATE api_keys SET record = ? WHERE id = 'k2'", (orjson.dumps({"secret": 7})[:-1],))
+    db.close()
+    try:
+        digest = key_record("k2").digest
+        for read, key in [
+            (store.get_key("k2"), "k2"),
+            (store.find_key(digest), f"with digest {digest[:12]}"),
+            (store.list_keys(None), "k2"),
+            (store.list_keys("acme"), "k2"),
+        ]:
+            with pytest.raises(StoreCorrupt) as caught:
+                await read
+            assert caught.value.key == key
+            assert "secret" not in caught.value.public_message
+        assert await store.get_key("k1") == good
+        with sqlite3.connect(tmp_path / "data" / DB_FILE) as db:
+            db.execute("UPDATE api_keys SET record = ? WHERE id = 'k2'", (bad,))
+        db.close()
+        assert (await store.get_key("k2")) is not None  # an unknown limit is ignored, not corrupt
+        with sqlite3.connect(tmp_path / "data" / DB_FILE) as db:
+            db.execute(
+                "UPDATE api_keys SET record = ? WHERE id = 'k2'", (orjson.dumps({**good.to_dict(), "limits": 3}),)
+            )
+        db.close()
+        with pytest.raises(StoreCorrupt):
+            await store.get_key("k2")
+    finally:
+        await store.aclose()

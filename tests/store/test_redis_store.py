@@ -7,10 +7,12 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import astuple
 
+import orjson
 import pytest
 import redis.asyncio as aioredis
 from redis.crc import key_slot
 
+from gateway.errors import StoreCorrupt
 from gateway.settings import RedisStoreSettings
 from gateway.store import keys
 from gateway.store.base import WINDOW_S, AuditHead, Limits, QuotaScope
@@ -123,3 +125,27 @@ async def test_records_are_stored_as_json_the_operator_can_read(
 async def test_an_unlimited_scope_writes_no_keys(store: RedisStore, prefix: str, client: aioredis.Redis) -> None:
     assert (await store.admit(admit_request(QuotaScope("tenant", Limits()), tokens=10))).admitted
     assert [k async for k in client.scan_iter(match=keys.all_keys_pattern(prefix))] == []
+
+
+async def test_a_malformed_api_key_reads_back_as_store_corrupt_naming_it(
+    store: RedisStore, prefix: str, client: aioredis.Redis
+) -> None:
+    await store.put_key(key_record("k1"))
+    await store.put_key(key_record("k2"))
+    # Limits(**raw) raised TypeError here, a 500 with a traceback on the auth path.
+    await client.hset(keys.key_records(prefix), "k2", orjson.dumps({"secret": 7})[:-1])
+    digest = key_record("k2").digest
+    for read, key in [
+        (store.get_key("k2"), "k2"),
+        (store.find_key(digest), f"with digest {digest[:12]}"),
+        (store.list_keys(None), "k2"),
+        (store.list_keys("acme"), "k2"),
+    ]:
+        with pytest.raises(StoreCorrupt) as caught:
+            await read
+        assert caught.value.key == key
+        assert "secret" not in caught.value.public_message
+    await client.hset(keys.key_records(prefix), "k2", orjson.dumps({**key_record("k2").to_dict(), "limits": 3}))
+    with pytest.raises(StoreCorrupt):
+        await store.get_key("k2")
+    assert await store.get_key("k1") == key_record("k1")
