@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from gateway.auth import new_secret
+from gateway.auth.stage import new_secret
 from tests.procs import delete_redis_prefix, deployment, gateway_config, running_gateway, start_sim
 
 MODEL = "sim-model"

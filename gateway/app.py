@@ -21,11 +21,13 @@ from fastapi.telemetry import TelemetryConfig
 from starlette.routing import Route
 
 from checkpoints.registry import CheckpointRegistry
-from gateway.admission import RetryDiscipline
-from gateway.approvals import ApprovalService
-from gateway.audit import AuditWriter
-from gateway.audit_records import AuditRequests, RefusalTally
-from gateway.auth import Authenticate, Authenticator
+from gateway.approvals.service import ApprovalService
+from gateway.approvals.tool_policy import CollectApproval, PolicyHolder, ToolPolicy
+from gateway.audit.stage import AuditRequests, RefusalTally
+from gateway.audit.writer import AuditWriter
+from gateway.auth.api_keys import KeyService
+from gateway.auth.stage import Authenticate, Authenticator
+from gateway.auth.tenancy import ModelTenancy
 from gateway.backends.factory import build_backend
 from gateway.http.admin_api import build_admin_router
 from gateway.http.admin_pages import admin_page_routes, openapi_routes
@@ -37,25 +39,25 @@ from gateway.http.openai_api import OpenAIApi
 from gateway.http.releases_api import build_releases_router
 from gateway.http.requests import ParseRequest
 from gateway.http.sessions_api import SessionsApi
-from gateway.keys import KeyService
 from gateway.pipeline import Call, Meter, ResolveModel, Stage, compose
-from gateway.quota import Admit
+from gateway.quota.admission import RetryDiscipline
+from gateway.quota.stage import Admit
 from gateway.releases.candidate_path import CandidatePath
 from gateway.releases.service import ActiveReleases, ReleaseService
-from gateway.releases.serving import ApplyRelease, CanaryFallback, CheckpointWatch, ReleaseWatcher
+from gateway.releases.stage import ApplyRelease, CanaryFallback
+from gateway.releases.watchers import CheckpointWatch, ReleaseWatcher
 from gateway.routing.deployment import Deployment
 from gateway.routing.health import HealthMonitor
 from gateway.routing.router import ModelGroup, Router
 from gateway.routing.strategies import STRATEGIES
-from gateway.sessions import AppendHistory, AssignSession, ClaimSession, SessionManager
+from gateway.sessions.manager import SessionManager
+from gateway.sessions.stage import AppendHistory, AssignSession, ClaimSession
 from gateway.settings import OpenApiExposure, Settings
 from gateway.store.base import Store
 from gateway.store.factory import open_store
 from gateway.store_epoch import StoreEpoch
-from gateway.telemetry import Telemetry
-from gateway.tenancy import ModelTenancy
-from gateway.tool_policy import CollectApproval, PolicyHolder, ToolPolicy
-from gateway.trace_stage import TraceRequests
+from gateway.telemetry.providers import Telemetry
+from gateway.telemetry.stage import TraceRequests
 
 if TYPE_CHECKING:
     from gateway.mcp.endpoint import McpEndpoint

@@ -16,7 +16,7 @@ place that turns them into responses.
     ├── Conflict                    409  conflict           (an approval already decided)
     ├── RateLimited                 429  rate_limit_error   (Retry-After)
     │   ├── InsufficientQuota       429  insufficient_quota (a token budget is spent)
-    │   └── RetryTooEarly           429  retry_too_early    (admission.py: retried before Retry-After)
+    │   └── RetryTooEarly           429  retry_too_early    (quota/admission.py: retried before Retry-After)
     ├── NoDeploymentAvailable       503  service_unavailable (every deployment open, unhealthy or full)
     ├── StoreUnavailable            503  service_unavailable (Redis or the SQLite file cannot be reached)
     │   └── StoreNotReached              the call never reached the store: nothing of it was applied

@@ -18,7 +18,7 @@ from typing import IO, Any
 import orjson
 from opentelemetry import trace
 
-from gateway.audit_records import redact
+from gateway.audit.stage import redact
 
 # Attributes every LogRecord has; anything else on a record came from `extra=`.
 _RECORD_FIELDS = frozenset(

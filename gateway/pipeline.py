@@ -27,14 +27,14 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequen
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from gateway.auth.principal import Principal
+from gateway.auth.tenancy import ModelTenancy
 from gateway.backends.base import Chunk, Usage
 from gateway.errors import ModelNotFound
-from gateway.principal import Principal
-from gateway.request_trace import RequestTrace
 from gateway.routing.router import RouteLog, Router
 from gateway.store.release_record import Release
 from gateway.store.session_record import QuotaHold
-from gateway.tenancy import ModelTenancy
+from gateway.telemetry.request_trace import RequestTrace
 
 Handler = Callable[["RequestContext"], AsyncGenerator[Chunk, None]]
 

@@ -249,7 +249,7 @@ class AuthSettings(Frozen):
 
 class QuotaSettings(Frozen):
     on_store_error: FailMode = FailMode.OPEN
-    # A key retrying before the Retry-After of its last 429 is refused at once (gateway/admission.py).
+    # A key retrying before the Retry-After of its last 429 is refused at once (gateway/quota/admission.py).
     refuse_early_retries: bool = True
     default_max_tokens: int = Field(default=1024, ge=1, description="reserved when a request sets no max_tokens")
     lease_ttl_s: Seconds = Field(default=60.0, description="a concurrency slot of a dead replica frees after this")

@@ -15,7 +15,7 @@ import contextlib
 import logging
 import uuid
 
-from gateway.audit import AuditWriter
+from gateway.audit.writer import AuditWriter
 from gateway.errors import StoreUnavailable
 from gateway.store.base import LifecycleStore
 

@@ -18,7 +18,7 @@ import httpx
 import yaml
 
 from common.processes import Announced, start_announcing
-from gateway.auth import new_secret
+from gateway.auth.stage import new_secret
 
 FAST_SIM = ["--ttft-ms", "5", "--tpot-ms", "1", "--jitter", "0"]
 

@@ -16,10 +16,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from gateway.app import create_app
-from gateway.auth import new_secret
+from gateway.auth.stage import new_secret
 from gateway.backends.base import Backend
 from gateway.settings import parse_settings
-from gateway.telemetry import Telemetry
+from gateway.telemetry.providers import Telemetry
+from tests.doubles import ScriptedBackend
 
 PROMPT = "Tell me the launch codes hidden in the vault"
 CHAT_BODY: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 50}

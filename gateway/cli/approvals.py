@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 import orjson
 
-from gateway.approvals import ApprovalService
+from gateway.approvals.service import ApprovalService
 from gateway.cli.context import CliContext, config_option, run
 
 

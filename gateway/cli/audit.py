@@ -11,7 +11,7 @@ from typing import Any
 import click
 import orjson
 
-from gateway.audit import Verdict, check_head, head_mark, iterate, verify_records
+from gateway.audit.writer import Verdict, check_head, head_mark, iterate, verify_records
 from gateway.cli.context import CliContext, config_option, run
 from gateway.errors import StoreCorrupt
 from gateway.store.audit_batch import canonical

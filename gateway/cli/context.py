@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, TypeVar
 
 import click
 
+from gateway.auth.principal import Principal, Scope
 from gateway.errors import GatewayError
-from gateway.principal import Principal, Scope
 from gateway.store.base import Limits, Store
 
 if TYPE_CHECKING:  # imported when a command runs: `gateway <group> --help` needs none of them
-    from gateway.audit import AuditWriter
+    from gateway.audit.writer import AuditWriter
     from gateway.settings import Settings
 
 T = TypeVar("T")
@@ -53,7 +53,7 @@ def operator_principal() -> Principal:
 
 @asynccontextmanager
 async def cli_context(config_path: Path) -> AsyncIterator[CliContext]:
-    from gateway.audit import AuditWriter
+    from gateway.audit.writer import AuditWriter
     from gateway.cli.serve import load_or_exit
     from gateway.store.factory import open_store
 

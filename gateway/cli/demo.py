@@ -101,9 +101,9 @@ def demo_settings(sim_urls: list[str], data_dir: Path) -> dict[str, object]:
 
 async def _demo_keys(settings: Settings) -> tuple[str, str]:
     """A chat key for the agent and an approver key for the person, both of tenant "demo"."""
-    from gateway.audit import AuditWriter
+    from gateway.audit.writer import AuditWriter
+    from gateway.auth.api_keys import KeyService, NewKey
     from gateway.cli.context import operator_principal
-    from gateway.keys import KeyService, NewKey
     from gateway.store.base import Limits
     from gateway.store.factory import open_store
 
@@ -130,7 +130,7 @@ def _data_folder(given: Path | None) -> Path:
 
 def _start_sims(ports: list[str], started: list[Announced]) -> None:
     """Start a sim per port, appending each to `started` (the caller stops them)."""
-    from gateway.cli.serving import port_in_use
+    from gateway.cli.uvicorn_runner import port_in_use
 
     for port in ports:
         if port != "0":  # checked here so the message names the demo's flag, not the sim's
@@ -172,7 +172,7 @@ def demo_command(
     Ctrl-C (or SIGTERM, SIGHUP) stops the gateway and both backends and removes the demo's data
     folder unless --keep-data or --data-dir is given."""
     from gateway.app import create_app
-    from gateway.cli.serving import base_url, bind, serve
+    from gateway.cli.uvicorn_runner import base_url, bind, serve
     from gateway.logging_setup import configure_logging
     from gateway.settings import parse_settings
 

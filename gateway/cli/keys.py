@@ -16,7 +16,7 @@ from gateway.settings import MAX_LIMIT
 from gateway.store.base import KeyRecord, Limits
 
 if TYPE_CHECKING:
-    from gateway.keys import KeyService
+    from gateway.auth.api_keys import KeyService
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -40,7 +40,7 @@ def _csv(value: str) -> list[str]:
 
 
 def _service(ctx: CliContext) -> KeyService:
-    from gateway.keys import KeyService  # the service's imports only when a command runs
+    from gateway.auth.api_keys import KeyService  # the service's imports only when a command runs
 
     return KeyService(ctx.store, ctx.audit)
 
@@ -78,7 +78,7 @@ def create_command(
     expires: str | None,
 ) -> None:
     """Create a key and print its secret (the only time it is shown)."""
-    from gateway.keys import NewKey
+    from gateway.auth.api_keys import NewKey
 
     new = NewKey(
         name=name,
@@ -109,7 +109,7 @@ def _row(record: KeyRecord) -> str:
 @keys_group.command("generate")
 def generate_command() -> None:
     """Print a fresh random key (e.g. for GATEWAY_ADMIN_KEY); nothing is stored."""
-    from gateway.auth import new_secret
+    from gateway.auth.stage import new_secret
 
     click.echo(new_secret())
 
@@ -129,7 +129,7 @@ def list_command(config_path: Path) -> None:
 @click.argument("key_id")
 def show_command(config_path: Path, key_id: str) -> None:
     """Show one key (never its secret)."""
-    from gateway.keys import public_view
+    from gateway.auth.api_keys import public_view
 
     _print_json(public_view(run(config_path, lambda ctx: _service(ctx).get(ctx.operator, key_id))))
 

@@ -41,7 +41,7 @@ def load_or_exit(path: Path) -> Settings:
 def serve_command(config_path: Path, host: str | None, port: int | None, log_level: str, workers: int) -> None:
     """Serve the gateway described by a config file."""
     from gateway.app import create_app  # the service's imports are paid only by commands that serve
-    from gateway.cli.serving import base_url, bind, serve
+    from gateway.cli.uvicorn_runner import base_url, bind, serve
     from gateway.logging_setup import configure_logging
 
     settings = load_or_exit(config_path)
@@ -72,7 +72,7 @@ def serve_command(config_path: Path, host: str | None, port: int | None, log_lev
 
 def _check_bootstrap_key(settings: Settings) -> None:
     """A malformed bootstrap key would start a gateway on which every admin call is a 401."""
-    from gateway.auth import KEY_SHAPE, secret_problem
+    from gateway.auth.stage import KEY_SHAPE, secret_problem
 
     source = "auth.admin_key" if settings.auth.admin_key else "GATEWAY_ADMIN_KEY"
     secret = settings.auth.admin_key or os.environ.get("GATEWAY_ADMIN_KEY", "")

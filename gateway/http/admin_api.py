@@ -12,11 +12,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.audit import iterate, verify_store
-from gateway.auth import Authenticator
+from gateway.audit.writer import iterate, verify_store
+from gateway.auth.api_keys import KeyService, NewKey, public_view
+from gateway.auth.principal import Principal, Scope
+from gateway.auth.stage import Authenticator
 from gateway.errors import PermissionDenied
-from gateway.keys import KeyService, NewKey, public_view
-from gateway.principal import Principal, Scope
 from gateway.settings import MAX_LIMIT
 from gateway.store.base import AuditStore, Limits
 

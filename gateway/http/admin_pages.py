@@ -13,9 +13,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from gateway.auth import Authenticator
+from gateway.auth.principal import Scope
+from gateway.auth.stage import Authenticator
 from gateway.errors import NotFound
-from gateway.principal import Scope
 
 _PAGES = {
     "approvals": ("approvals.html", "text/html; charset=utf-8"),

@@ -7,12 +7,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.approvals import ApprovalService
-from gateway.auth import Authenticator
+from gateway.approvals.service import ApprovalService
+from gateway.approvals.tool_policy import PolicyHolder
+from gateway.auth.principal import Principal, Scope
+from gateway.auth.stage import Authenticator
 from gateway.errors import InvalidRequest, PermissionDenied
-from gateway.principal import Principal, Scope
 from gateway.store.approval_record import STATUSES
-from gateway.tool_policy import PolicyHolder
 
 
 class DecisionBody(BaseModel):

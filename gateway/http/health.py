@@ -8,7 +8,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from gateway.audit import AuditWriter
+from gateway.audit.writer import AuditWriter
 from gateway.errors import StoreUnavailable
 from gateway.mcp.status import UpstreamStatus
 from gateway.routing.router import Router

@@ -20,16 +20,16 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
 from gateway import sse
-from gateway.auth import Authenticator
+from gateway.auth.principal import Scope
+from gateway.auth.stage import Authenticator
+from gateway.auth.tenancy import ModelTenancy
 from gateway.backends.base import Chunk
 from gateway.errors import GatewayError
 from gateway.http.errors import gateway_error_body, gateway_error_response, stream_failure
 from gateway.http.requests import read_body
 from gateway.pipeline import Handler, RequestContext
-from gateway.principal import Scope
-from gateway.sessions import SessionManager
+from gateway.sessions.manager import SessionManager
 from gateway.settings import ServerSettings
-from gateway.tenancy import ModelTenancy
 from gateway.wire import ChunkRenderer, Completion, dumps
 
 log = logging.getLogger(__name__)

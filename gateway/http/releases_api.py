@@ -8,12 +8,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from gateway.auth import Authenticator
+from gateway.auth.principal import Principal, Scope
+from gateway.auth.stage import Authenticator
+from gateway.auth.tenancy import ModelTenancy
 from gateway.errors import InvalidRequest
-from gateway.principal import Principal, Scope
 from gateway.releases.service import ReleaseService, ReleaseSpec
 from gateway.store.release_record import CanarySettings
-from gateway.tenancy import ModelTenancy
 
 
 class CreateReleaseBody(BaseModel):
@@ -108,7 +108,7 @@ def build_releases_router(
         return principal
 
     async def manager(model: str, principal: Annotated[Principal, Depends(admin)]) -> Principal:
-        """A switch changes what every tenant of the model receives (see gateway/tenancy.py)."""
+        """A switch changes what every tenant of the model receives (see gateway/auth/tenancy.py)."""
         tenancy.require_manage(principal, model)
         return principal
 

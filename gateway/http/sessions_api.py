@@ -8,10 +8,10 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
-from gateway.auth import Authenticator
+from gateway.auth.principal import Principal, Scope
+from gateway.auth.stage import Authenticator
 from gateway.errors import InvalidRequest
-from gateway.principal import Principal, Scope
-from gateway.sessions import SessionManager
+from gateway.sessions.manager import SessionManager
 from gateway.wire import dumps
 
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}

@@ -21,12 +21,12 @@ from mcp.server.lowlevel.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.types import Receive, Scope, Send
 
-from gateway.auth import Authenticator
+from gateway.auth.principal import Principal
+from gateway.auth.principal import Scope as KeyScope
+from gateway.auth.stage import Authenticator
 from gateway.errors import GatewayError
 from gateway.http.errors import gateway_error_response
 from gateway.mcp.service import McpGateway
-from gateway.principal import Principal
-from gateway.principal import Scope as KeyScope
 
 log = logging.getLogger(__name__)
 _PRINCIPAL = "agent_gateway_principal"

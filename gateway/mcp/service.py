@@ -34,17 +34,17 @@ from typing import Any, cast
 import mcp_types as types
 import orjson
 
-from gateway.approvals import APPROVED, ApprovalService
-from gateway.audit import AuditWriter
+from gateway.approvals.service import APPROVED, ApprovalService
+from gateway.approvals.tool_policy import PolicyHolder
+from gateway.audit.writer import AuditWriter
+from gateway.auth.principal import Principal
 from gateway.errors import RateLimited, StoreUnavailable
 from gateway.mcp.status import UpstreamStatus
 from gateway.mcp.upstream import UpstreamCallFailed, UpstreamServer, UpstreamUnavailable
-from gateway.principal import Principal
-from gateway.quota import Admit
+from gateway.quota.stage import Admit
 from gateway.settings import McpSettings
 from gateway.store.approval_record import Approval
 from gateway.tasks import cancel_and_wait
-from gateway.tool_policy import PolicyHolder
 from policies import Allow, ApprovalMode, Deny, NeedsApproval
 
 log = logging.getLogger(__name__)

@@ -1,5 +1,5 @@
 """Canaries: a share of new requests to a candidate, judged against the active release (canary.py),
-ended on a breach (a request the candidate fails is served by the active release, serving.py),
+ended on a breach (a request the candidate fails is served by the active release, stage.py),
 moved up through its steps after clean windows, and promoted at the last one.
 """
 
@@ -11,8 +11,8 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from gateway.auth.principal import Principal, Scope
 from gateway.errors import Conflict, GatewayError, InvalidRequest
-from gateway.principal import Principal, Scope
 from gateway.releases.canary import Outcome
 from gateway.store.base import Limits
 from gateway.store.release_record import Canary, CanarySettings, Release
@@ -20,7 +20,7 @@ from gateway.store.release_record import Canary, CanarySettings, Release
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
 
-    from gateway.audit import AuditWriter
+    from gateway.audit.writer import AuditWriter
     from gateway.releases.canary import CanaryMonitor
     from gateway.releases.service import ActiveReleases
     from gateway.routing.router import ModelGroup

@@ -24,7 +24,7 @@ import orjson
 import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway.cli.connection_guard import guarded_protocol
+from gateway.http.connection_guard import guarded_protocol
 from gateway.http.errors import error_body
 
 log = logging.getLogger(__name__)

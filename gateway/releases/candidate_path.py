@@ -19,15 +19,15 @@ import httpx
 from starlette.applications import Starlette
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway.auth import Authenticate, Authenticator
+from gateway.auth.principal import Principal
+from gateway.auth.stage import Authenticate, Authenticator
+from gateway.auth.tenancy import ModelTenancy
 from gateway.backends.base import Chunk
 from gateway.http.errors import install_error_handlers
 from gateway.http.openai_api import OpenAIApi
 from gateway.pipeline import Handler, RequestContext, Stage, compose
-from gateway.principal import Principal
-from gateway.quota import Admit
+from gateway.quota.stage import Admit
 from gateway.settings import ServerSettings
-from gateway.tenancy import ModelTenancy
 
 RELEASE_HEADER = "x-gateway-release"
 # The base URL eval runners are given; the transport never opens a socket, the host is a label.

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 
 import orjson
 
+from gateway.auth.principal import Principal
 from gateway.errors import GatewayError
-from gateway.principal import Principal
 from gateway.releases.candidate_listener import ListenerNotStarted, serve_once
 from gateway.releases.candidate_path import BASE_URL as CANDIDATE_BASE_URL
 from gateway.releases.load_hooks import LoadedAdapter, give_back

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from checkpoints.registry import CheckpointRegistry, RegistryError
-from gateway.audit import AuditWriter
+from gateway.audit.writer import AuditWriter
+from gateway.auth.principal import Principal, Scope
 from gateway.errors import Conflict, InvalidRequest, NotFound, StoreUnavailable
-from gateway.principal import Principal, Scope
 from gateway.releases.canary import CanaryMonitor
 from gateway.releases.canary_ops import CanaryOps
 from gateway.releases.candidate_path import CandidatePath

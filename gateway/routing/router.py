@@ -26,12 +26,12 @@ from gateway.errors import (
     UpstreamStatusError,
     UpstreamTimeout,
 )
-from gateway.request_trace import RequestTrace
 from gateway.routing.deployment import LAST_RESORT, Availability, Deployment
 from gateway.routing.failover import Interrupted, StreamProgress
 from gateway.routing.stats import find_slow
 from gateway.routing.strategies import Order
 from gateway.settings import RoutingSettings
+from gateway.telemetry.request_trace import RequestTrace
 
 
 @dataclass(slots=True)

@@ -88,7 +88,7 @@ class SessionCheckpoint:
 
 
 class KeyStore(Protocol):
-    """API key records (gateway/keys.py, auth.py)."""
+    """API key records (gateway/auth/api_keys.py, auth/stage.py)."""
 
     async def put_key(self, record: KeyRecord) -> None:
         """Insert or replace a key record (and its digest index)."""
@@ -106,7 +106,7 @@ class KeyStore(Protocol):
 
 
 class QuotaStore(Protocol):
-    """Quota windows and concurrency leases (gateway/quota.py)."""
+    """Quota windows and concurrency leases (gateway/quota/stage.py)."""
 
     async def admit(self, request: AdmitRequest) -> AdmitResult:
         """Check and take, atomically and for every scope at once: one request of the RPM
@@ -126,7 +126,7 @@ class QuotaStore(Protocol):
 
 
 class AuditStore(Protocol):
-    """The hash-chained audit log (gateway/audit.py)."""
+    """The hash-chained audit log (gateway/audit/writer.py)."""
 
     async def audit_head(self) -> AuditHead: ...
 
@@ -151,7 +151,7 @@ class AuditStore(Protocol):
 
 
 class SessionStore(Protocol):
-    """Resumable stream checkpoints (gateway/sessions.py)."""
+    """Resumable stream checkpoints (gateway/sessions/)."""
 
     # A session is the checkpoint of a streamed response: a `SessionState`, an append-only log of
     # SSE events numbered from 1, and a lease naming the replica that owns the live stream.
@@ -198,7 +198,7 @@ class SessionStore(Protocol):
 
 
 class ApprovalStore(Protocol):
-    """Human approvals of tool calls (gateway/approvals.py)."""
+    """Human approvals of tool calls (gateway/approvals/service.py)."""
 
     # An approval is a human's decision on a high-risk tool call: an `Approval` the gateway
     # builds (status "pending" | "approved" | "rejected" | "expired", requested_at and expires_at

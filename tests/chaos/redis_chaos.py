@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import redis
 
-from gateway.audit import iterate
+from gateway.audit.writer import iterate
 from gateway.settings import RedisStoreSettings
 from gateway.store.redis_store import RedisStore
 from tests.procs import Gateway

@@ -18,7 +18,7 @@ import httpx
 import orjson
 
 from common.sse_reader import read_events
-from gateway.auth import new_secret
+from gateway.auth.stage import new_secret
 from tests.procs import Gateway, delete_redis_prefix, redis_store_config, running_gateway
 
 

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from common.processes import Announced
-from gateway.auth import new_secret
+from gateway.auth.stage import new_secret
 from gateway.store import keys
 from tests.chaos.redis_chaos import PrivateRedis, Tally, audited, private_redis, steady_load, wait_ready
 from tests.procs import deployment, gateway_config, running_gateway

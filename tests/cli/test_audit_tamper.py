@@ -15,7 +15,7 @@ import redis
 import yaml
 from click.testing import CliRunner
 
-from gateway.audit import AuditWriter
+from gateway.audit.writer import AuditWriter
 from gateway.cli.main import cli
 from gateway.settings import load_settings
 from gateway.store.factory import open_store

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from gateway.auth import bearer_secret, new_secret
+from gateway.auth.stage import bearer_secret, new_secret
 from gateway.cli.main import cli
 from gateway.errors import AuthenticationFailed
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from common.processes import Announced
-from gateway.auth import new_secret
+from gateway.auth.stage import new_secret
 from tests.chaos.redis_chaos import Tally, steady_load, wait_ready
 from tests.cluster.redis_cluster import running_cluster
 from tests.cluster.test_gateway_on_cluster import audit_verify, chain_of, cluster_store

@@ -20,8 +20,8 @@ import orjson
 import pytest
 
 from common.processes import Announced
-from gateway.audit import iterate
-from gateway.auth import new_secret
+from gateway.audit.writer import iterate
+from gateway.auth.stage import new_secret
 from gateway.settings import RedisStoreSettings
 from gateway.store.redis_store import RedisStore
 from tests.cluster.redis_cluster import RedisCluster

@@ -23,7 +23,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from common.processes import Announced
 from common.sse_reader import read_events
-from gateway.auth import new_secret
+from gateway.auth.stage import new_secret
 from tests.deploy.files import COMPOSE_GATEWAY_CONFIG, compose_services
 from tests.procs import Gateway, delete_redis_prefix, running_gateway, start_sim
 

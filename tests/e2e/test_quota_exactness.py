@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from common.processes import Announced
-from gateway.auth import new_secret
-from gateway.quota import estimate_prompt_tokens
+from gateway.auth.stage import new_secret
+from gateway.quota.stage import estimate_prompt_tokens
 from tests.procs import (
     Gateway,
     delete_redis_prefix,

@@ -25,7 +25,7 @@ from click.testing import CliRunner
 
 from checkpoints.registry import CheckpointRegistry
 from common.processes import Announced
-from gateway.auth import new_secret
+from gateway.auth.stage import new_secret
 from gateway.cli.main import cli
 from tests.procs import (
     WEATHER_POLICY,

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from common.processes import Announced
-from gateway.auth import new_secret
+from gateway.auth.stage import new_secret
 from tests.procs import Gateway, deployment, gateway_config, running_gateway
 
 CHAT = {"model": "sim-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}

@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 from common.processes import Announced
-from gateway.auth import new_secret
+from gateway.auth.stage import new_secret
 from tests.procs import (
     Gateway,
     delete_redis_prefix,

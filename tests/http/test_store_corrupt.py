@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from gateway.app import create_app
-from gateway.auth import new_secret
+from gateway.auth.stage import new_secret
 from gateway.errors import StoreCorrupt
 from gateway.settings import parse_settings
 from gateway.store.embedded import DB_FILE, EmbeddedStore

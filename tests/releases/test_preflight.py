@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from checkpoints.registry import CheckpointRegistry
+from gateway.auth.principal import Principal
 from gateway.errors import Conflict, StoreUnavailable
-from gateway.principal import Principal
 from gateway.releases.preflight import PreflightChecks, PreflightFailed
 from gateway.releases.service import ActiveReleases, ReleaseService
 from gateway.settings import DeploymentSettings, LoadHook, LoadHookKind

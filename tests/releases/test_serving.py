@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from gateway.releases.service import ActiveReleases, ReleaseService
-from gateway.releases.serving import ReleaseWatcher
+from gateway.releases.watchers import ReleaseWatcher
 from gateway.settings import EmbeddedStoreSettings
 from gateway.store.embedded import DB_FILE, EmbeddedStore
 from tests.store.helpers import entry, release

@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.cli.serving import base_url, bind, serve
+from gateway.cli.uvicorn_runner import base_url, bind, serve
 
 LEAKED = "SECRET-upstream-detail /opt/models/internal.bin"
 

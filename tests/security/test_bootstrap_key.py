@@ -13,7 +13,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from gateway.auth import SECRET_PREFIX, bearer_secret
+from gateway.auth.stage import SECRET_PREFIX, bearer_secret
 from gateway.cli.main import cli
 
 CONFIG = {

@@ -21,7 +21,7 @@ from fastapi import FastAPI
 
 from common.processes import Announced
 from gateway.app import create_app
-from gateway.auth import new_secret
+from gateway.auth.stage import new_secret
 from gateway.backends.base import Chunk
 from gateway.errors import InvalidRequest
 from gateway.pipeline import Handler, RequestContext, compose

@@ -6,7 +6,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from gateway.audit import MAC, chain, record_hash
+from gateway.audit.writer import MAC, chain, record_hash
 from gateway.store.audit_batch import AuditRecord, canonical
 from gateway.store.base import AuditHead
 

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.admission import RetryDiscipline
 from gateway.errors import RetryTooEarly
+from gateway.quota.admission import RetryDiscipline
 
 
 class Clock:

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from gateway.auth.principal import Principal
 from gateway.backends.base import Chunk
 from gateway.errors import RateLimited
 from gateway.pipeline import RequestContext
-from gateway.principal import Principal
-from gateway.quota import Admit
+from gateway.quota.stage import Admit
 from gateway.settings import EmbeddedStoreSettings, QuotaSettings
 from gateway.store.base import Limits
 from gateway.store.embedded import EmbeddedStore

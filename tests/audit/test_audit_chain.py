@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 
-from gateway.audit import chain, record_hash, verify_records
+from gateway.audit.writer import chain, record_hash, verify_records
 from gateway.store.base import AuditHead, AuditRecord
 
 GENESIS = AuditHead(0, "")

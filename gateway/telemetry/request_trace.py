@@ -6,7 +6,7 @@ that makes a context by hand) it is inert: reports are no-ops and attempts carry
 Spans are started and ended explicitly and never made current across a `yield`: a response
 stream is pulled first by the HTTP handler's task and then by a session producer task, and a
 context attached in one task cannot be detached in the other. The pipeline stage
-(`trace_stage.py`) makes the server span current only while each chunk is pulled.
+(`telemetry/stage.py`) makes the server span current only while each chunk is pulled.
 
 Prompts and completions never go into spans: only sizes, names, ids and outcomes do.
 """
@@ -28,7 +28,7 @@ from gateway.store.approval_record import Approval
 if TYPE_CHECKING:
     from gateway.routing.deployment import Deployment
     from gateway.routing.router import Attempt
-    from gateway.telemetry import Attributes, Telemetry
+    from gateway.telemetry.providers import Attributes, Telemetry
 
 _SERVER_ATTRIBUTES: dict[str, str] = {
     "gen_ai.operation.name": "chat",

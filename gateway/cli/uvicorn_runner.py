@@ -13,7 +13,7 @@ import click
 import uvicorn
 
 from common.graceful import GracefulServer
-from gateway.cli.connection_guard import guarded_protocol
+from gateway.http.connection_guard import guarded_protocol
 from gateway.settings import ServerSettings
 
 
@@ -62,7 +62,7 @@ def serve(app: Any, sock: socket.socket, on_ready: Callable[[], None], limits: S
     and accepts.
 
     With `limits` (the server settings), slow or never-finished request heads are cut and connections waiting
-    for one are capped (`connection_guard`)."""
+    for one are capped (`gateway/http/connection_guard.py`)."""
     http: Any = "httptools" if importlib.util.find_spec("httptools") else "h11"
     if limits is not None:
         http = guarded_protocol(limits.header_timeout_s, limits.max_unauthenticated_connections)

@@ -14,10 +14,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.audit import AuditWriter
-from gateway.auth import digest, new_secret
+from gateway.audit.writer import AuditWriter
+from gateway.auth.principal import Principal, Scope
+from gateway.auth.stage import digest, new_secret
 from gateway.errors import InvalidRequest, NotFound, PermissionDenied
-from gateway.principal import Principal, Scope
 from gateway.store.base import KeyRecord, KeyStore, Limits
 
 _DISPLAY_PREFIX = 12  # "agw_" + 8 characters: enough to tell keys apart, useless to an attacker

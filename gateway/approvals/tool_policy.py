@@ -22,12 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gateway.approvals import APPROVED, PENDING, ApprovalService
-from gateway.audit import AuditWriter
+from gateway.approvals.service import APPROVED, PENDING, ApprovalService
+from gateway.audit.writer import AuditWriter
+from gateway.auth.principal import Principal
 from gateway.backends.base import Chunk, ToolCallDelta
 from gateway.errors import InvalidRequest, PermissionDenied
 from gateway.pipeline import Handler, RequestContext
-from gateway.principal import Principal
 from gateway.store.approval_record import Approval
 from policies import (
     Allow,
@@ -44,7 +44,7 @@ from policies import (
     verify_approval_token,
 )
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("gateway.tool_policy")  # its name as gateway/tool_policy.py: operators filter by it
 APPROVAL_HEADER = "x-approval-id"
 TOOLS_REMOVED_HEADER = "X-Tools-Removed"
 

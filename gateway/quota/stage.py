@@ -20,15 +20,15 @@ from typing import Any
 
 import orjson
 
+from gateway.auth.principal import Principal
 from gateway.backends.base import Chunk
 from gateway.errors import InsufficientQuota, RateLimited, StoreNotReached, StoreUnavailable
 from gateway.pipeline import Handler, RequestContext
-from gateway.principal import Principal
 from gateway.settings import FailMode, QuotaSettings
 from gateway.store.base import AdmitRequest, AdmitResult, Limits, QuotaScope, QuotaStore, Reservation, ScopeUsage
 from gateway.store.session_record import QuotaHold
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("gateway.quota")  # its name as gateway/quota.py: operators filter by it
 
 _RETRY_S = (0.05, 1.0)  # settling against a store that is down: first retry, longest wait
 

@@ -22,9 +22,9 @@ from typing import Any
 
 import orjson
 
-from gateway.audit import AuditWriter
+from gateway.audit.writer import AuditWriter
+from gateway.auth.principal import Principal, Scope
 from gateway.errors import Conflict, InvalidRequest, NotFound, PermissionDenied
-from gateway.principal import Principal, Scope
 from gateway.store.approval_record import Approval, Decision, ExcerptMessage
 from gateway.store.base import ApprovalStore
 from policies import ApprovalMode, NeedsApproval, arguments_sha256, issue_approval_token

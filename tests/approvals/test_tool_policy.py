@@ -10,18 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from gateway.approvals import ApprovalService
-from gateway.audit import AuditWriter, iterate
+from gateway.approvals.service import ApprovalService
+from gateway.approvals.tool_policy import PolicyHolder, ToolPolicy
+from gateway.audit.writer import AuditWriter, iterate
+from gateway.auth.principal import Principal
 from gateway.backends.base import Chunk, ToolCallDelta
 from gateway.pipeline import Call, RequestContext, compose
-from gateway.principal import Principal
 from gateway.routing.deployment import Deployment
 from gateway.routing.router import ModelGroup, Router
 from gateway.routing.strategies import STRATEGIES
 from gateway.settings import DeploymentSettings, EmbeddedStoreSettings, RoutingSettings, Strategy
 from gateway.store.base import Limits
 from gateway.store.embedded import EmbeddedStore
-from gateway.tool_policy import PolicyHolder, ToolPolicy
 from tests.doubles import Script, ScriptedBackend
 
 POLICY = """

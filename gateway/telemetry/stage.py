@@ -16,12 +16,12 @@ from collections.abc import AsyncGenerator, Sequence
 from opentelemetry import context
 from opentelemetry.trace import StatusCode
 
-from gateway.audit_records import CLIENT_CLOSED, failure_reason
+from gateway.audit.stage import CLIENT_CLOSED, failure_reason
 from gateway.backends.base import Chunk
 from gateway.errors import GatewayError
 from gateway.pipeline import Handler, RequestContext
-from gateway.request_trace import RequestTrace, max_tokens_of
-from gateway.telemetry import Attributes, Telemetry
+from gateway.telemetry.providers import Attributes, Telemetry
+from gateway.telemetry.request_trace import RequestTrace, max_tokens_of
 
 log = logging.getLogger("gateway.requests")
 

@@ -12,8 +12,9 @@ import pytest
 
 from gateway.backends.base import Chunk
 from gateway.pipeline import RequestContext
-from gateway.session_log import SessionLog
-from gateway.sessions import LiveSession, SessionManager
+from gateway.sessions.event_log import SessionLog
+from gateway.sessions.live import LiveSession
+from gateway.sessions.manager import SessionManager
 from gateway.settings import RedisStoreSettings, SessionSettings
 from gateway.store.redis_store import RedisStore
 from gateway.store.session_record import SessionState
@@ -29,14 +30,14 @@ async def test_checkpoints_back_off_and_log_rarely_while_the_store_is_down(caplo
     store = RedisStore(RedisStoreSettings(url=f"redis://127.0.0.1:{free_port()}/0", key_prefix="agw-test"))
     manager = SessionManager(store, SessionSettings(), "replica-1", never_called)
     live = LiveSession("acme", "s1", SessionLog(), SessionState("streaming"))
-    manager._live[("acme", "s1")] = live  # a stream in progress, as `start` leaves it
+    manager._live.by_key[("acme", "s1")] = live  # a stream in progress, as `start` leaves it
     with caplog.at_level(logging.INFO, logger="gateway.sessions"):
         manager.start_checkpoints()
         try:
             until = time.monotonic() + 1.5
             while time.monotonic() < until:  # a busy stream asks for a checkpoint every 10 ms
                 live.log.append(b"data: {}")
-                manager._wakeup.set()
+                manager._live.wakeup.set()
                 await asyncio.sleep(0.01)
         finally:
             await asyncio.wait_for(manager.stop(), timeout=10)

@@ -18,10 +18,10 @@ import secrets
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping
 
+from gateway.auth.principal import Principal, Scope
 from gateway.backends.base import Chunk
 from gateway.errors import AuthenticationFailed, StoreUnavailable
 from gateway.pipeline import Handler, RequestContext
-from gateway.principal import Principal, Scope
 from gateway.store.base import KeyRecord, KeyStore, Limits
 
 SECRET_PREFIX = "agw_"

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from gateway.auth.principal import Principal
 from gateway.errors import ModelNotFound, PermissionDenied
-from gateway.principal import Principal
 
 
 class ModelTenancy:

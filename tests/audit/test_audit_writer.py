@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from gateway.audit import AuditWriter, iterate, verify_store
+from gateway.audit.writer import AuditWriter, iterate, verify_store
 from gateway.errors import StoreUnavailable
 from gateway.settings import EmbeddedStoreSettings, RedisStoreSettings
 from gateway.store.audit_batch import canonical

@@ -41,10 +41,10 @@ from gateway.routing.breaker import BreakerState
 from gateway.settings import BackendKind, DeploymentSettings, TelemetrySettings
 
 if TYPE_CHECKING:
-    from gateway.audit import AuditWriter
+    from gateway.audit.writer import AuditWriter
     from gateway.routing.router import Router
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("gateway.telemetry")  # its name as gateway/telemetry.py: operators filter by it
 
 Attributes = dict[str, AttributeValue]
 

@@ -1,0 +1,1 @@
+"""Tool calls judged in the request path: the `ToolPolicy` and `CollectApproval` stages and the approval service."""

@@ -1,0 +1,1 @@
+"""Quotas: the `Admit` stage (reserve before the call, settle after) and `RetryDiscipline` (admission.py)."""

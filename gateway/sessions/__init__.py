@@ -1,0 +1,1 @@
+"""Sessions: the session stages, and streamed responses that survive the client, the backend and the replica."""

@@ -1,0 +1,116 @@
+"""Sessions: streamed responses that survive the client, the backend and the replica.
+
+A streamed response runs in its own task (producer.py) and writes every SSE event to a
+`SessionLog` (event_log.py); the HTTP response is only a reader of that log, and a client that
+reconnects replays what it missed and follows the rest (resume.py), from another replica too,
+which takes the session over if its owner died. The checkpointer (checkpointer.py) copies the
+live logs to the store and renews the replica's leases; the lease itself is taken, and the state
+saved, before the backend is asked for anything (`ClaimSession`, stage.py).
+
+`SessionManager` is what the rest of the gateway holds: the HTTP endpoints, the stages and the
+app's lifespan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from typing import Any
+
+from gateway.auth.principal import Principal
+from gateway.backends.base import Chunk
+from gateway.errors import NotFound
+from gateway.pipeline import Handler, RequestContext
+from gateway.sessions.checkpointer import Checkpointer
+from gateway.sessions.live import LiveSession, LiveSessions, may_open
+from gateway.sessions.producer import Producer
+from gateway.sessions.resume import Readers
+from gateway.settings import SessionSettings
+from gateway.store.base import SessionStore
+
+
+class SessionManager:
+    def __init__(
+        self, store: SessionStore, settings: SessionSettings, replica_id: str, continue_stream: Handler
+    ) -> None:
+        self._store = store
+        self._live = LiveSessions()
+        self._checkpointer = Checkpointer(store, settings, replica_id, self._live)
+        self._producer = Producer(store, settings, replica_id, self._live)
+        self._readers = Readers(store, settings, replica_id, self._live, self._producer, continue_stream)
+
+    # --- a new response -----------------------------------------------------------------------
+    async def start(self, ctx: RequestContext, chunks: AsyncGenerator[Chunk, None]) -> LiveSession:
+        """Run `chunks` in a producer task that records every event; return once the first event
+        exists. An error before it is raised here, so that it becomes an HTTP error status."""
+        return await self._producer.start(ctx, chunks)
+
+    async def claim(self, ctx: RequestContext) -> LiveSession:
+        """Own the session before the first upstream byte (see `Producer.claim`)."""
+        return await self._producer.claim(ctx)
+
+    def unclaim(self, live: LiveSession) -> None:
+        """The request failed before its first event: the checkpointer marks the session done and
+        drops the lease."""
+        self._producer.unclaim(live)
+
+    def remember(self, ctx: RequestContext, message: dict[str, Any]) -> None:
+        """Keep a non-streamed answer's transcript (off the response path), if the request opted in."""
+        self._producer.remember(ctx, message)
+
+    # --- readers ------------------------------------------------------------------------------
+    def frames(self, live: LiveSession, after_seq: int) -> AsyncIterator[bytes]:
+        """SSE frames for one reader. When the last reader goes away the producer goes on, unless
+        `on_client_disconnect: cancel`."""
+        return self._readers.frames(live, after_seq)
+
+    async def resume(self, principal: Principal, session_id: str, after_seq: int) -> AsyncIterator[bytes]:
+        """Frames after `after_seq` of a session's latest response (see `Readers.resume`)."""
+        return await self._readers.resume(principal, session_id, after_seq)
+
+    async def transcript(self, principal: Principal, session_id: str) -> dict[str, Any]:
+        state = await self._store.session_load(principal.tenant, session_id)
+        if state is None or not may_open(principal, state):
+            raise NotFound(f"session '{session_id}' not found")
+        return {
+            "id": session_id,
+            "object": "session",
+            "status": state.status,
+            "messages": list(state.transcript or ()),
+        }
+
+    async def delete(self, principal: Principal, session_id: str) -> None:
+        live = self._live.by_key.get((principal.tenant, session_id))
+        state = live.state if live is not None else await self._store.session_load(principal.tenant, session_id)
+        if state is not None and not may_open(principal, state):
+            raise NotFound(f"session '{session_id}' not found")
+        live = self._live.by_key.pop((principal.tenant, session_id), None)
+        if live is not None and live.producer is not None:
+            live.producer.cancel()
+        if not await self._store.session_delete(principal.tenant, session_id) and live is None:
+            raise NotFound(f"session '{session_id}' not found")
+
+    # --- checkpoints ----------------------------------------------------------------------------
+    @property
+    def on_checkpoint(self) -> Callable[[float, int], None] | None:
+        """Told (seconds, sessions) after each checkpoint write: telemetry records the latency."""
+        return self._checkpointer.on_checkpoint
+
+    @on_checkpoint.setter
+    def on_checkpoint(self, record: Callable[[float, int], None] | None) -> None:
+        self._checkpointer.on_checkpoint = record
+
+    @property
+    def checkpoint_failures(self) -> int:
+        """Checkpoint attempts that found the store unavailable."""
+        return self._checkpointer.failures
+
+    def start_checkpoints(self) -> None:
+        self._checkpointer.start()
+
+    async def stop(self) -> None:
+        """Finish the producers' work already recorded, write the last checkpoints, stop."""
+        await self._checkpointer.stop()
+
+    async def checkpoint_all(self) -> None:
+        """Write every live session's news in one store call; forget sessions fully written."""
+        await self._checkpointer.checkpoint_all()

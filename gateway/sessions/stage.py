@@ -1,0 +1,113 @@
+"""The session stages of the request path: `AssignSession`, `AppendHistory` and `ClaimSession`."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import secrets
+from collections.abc import AsyncGenerator, Mapping
+
+from gateway.backends.base import Chunk
+from gateway.errors import InvalidRequest, NotFound
+from gateway.pipeline import Handler, RequestContext
+from gateway.sessions.live import may_open
+from gateway.sessions.manager import SessionManager
+from gateway.settings import SessionSettings
+from gateway.store.base import SessionStore
+
+SESSION_HEADER = "x-session-id"
+APPEND_HEADER = "x-session-append"
+SHARE_HEADER = "x-session-share"  # "tenant": every key of the tenant may use it; "key" (default): its key only
+_VALID_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+def session_id_from(headers: Mapping[str, str]) -> str:
+    given = headers.get(SESSION_HEADER)
+    if given is None:
+        return f"sess_{secrets.token_hex(12)}"
+    if not _VALID_ID.match(given):
+        raise InvalidRequest("X-Session-Id must be 1-128 characters of A-Z a-z 0-9 . _ : -", param="X-Session-Id")
+    return given
+
+
+def _share_from(headers: Mapping[str, str]) -> bool | None:
+    given = headers.get(SHARE_HEADER)
+    if given is None:
+        return None
+    if given not in ("tenant", "key"):
+        raise InvalidRequest("X-Session-Share must be 'tenant' or 'key'", param="X-Session-Share")
+    return given == "tenant"
+
+
+class AssignSession:
+    """The pipeline stage that names the session (from X-Session-Id, or a new id) and decides
+    whether its transcript is kept: only when the client names a session (X-Session-Id,
+    X-Session-Append) or the settings list the request's tenant or key."""
+
+    def __init__(self, settings: SessionSettings) -> None:
+        self._tenants = frozenset(settings.transcript_tenants)
+        self._keys = frozenset(settings.transcript_keys)
+
+    async def __call__(self, ctx: RequestContext, call_next: Handler) -> AsyncGenerator[Chunk, None]:
+        ctx.session_id = session_id_from(ctx.headers)
+        ctx.session_shared = bool(_share_from(ctx.headers))
+        principal = ctx.principal
+        ctx.keep_transcript = (
+            SESSION_HEADER in ctx.headers
+            or ctx.headers.get(APPEND_HEADER, "").lower() == "true"
+            or (principal is not None and (principal.tenant in self._tenants or principal.key_id in self._keys))
+        )
+        ctx.response_headers["X-Session-Id"] = ctx.session_id
+        async with contextlib.aclosing(call_next(ctx)) as chunks:
+            async for chunk in chunks:
+                yield chunk
+
+
+class ClaimSession:
+    """The pipeline stage, just before the call, that makes a streamed response's replica the
+    session's owner before anything is asked of a backend (see `SessionManager.claim`)."""
+
+    def __init__(self, sessions: SessionManager) -> None:
+        self._sessions = sessions
+
+    async def __call__(self, ctx: RequestContext, call_next: Handler) -> AsyncGenerator[Chunk, None]:
+        live = await self._sessions.claim(ctx) if ctx.stream and ctx.principal is not None else None
+        produced = False
+        try:
+            async with contextlib.aclosing(call_next(ctx)) as chunks:
+                async for chunk in chunks:
+                    produced = True
+                    yield chunk
+        finally:
+            if live is not None and not produced:
+                self._sessions.unclaim(live)
+
+
+class AppendHistory:
+    """Stateful conversations, opt-in with `X-Session-Append: true`: the client sends only its new
+    messages, and the session's transcript is put in front of them. A request naming an existing
+    session must be allowed to open it (`may_open`), appending or not: a new response replaces
+    the session's stream, so it is a write."""
+
+    def __init__(self, store: SessionStore) -> None:
+        self._store = store
+
+    async def __call__(self, ctx: RequestContext, call_next: Handler) -> AsyncGenerator[Chunk, None]:
+        append = ctx.headers.get(APPEND_HEADER, "").lower() == "true"
+        if ctx.principal is not None and (append or SESSION_HEADER in ctx.headers):
+            state = await self._store.session_load(ctx.principal.tenant, ctx.session_id or "")
+            if state is not None:
+                if not may_open(ctx.principal, state):
+                    raise NotFound(f"session '{ctx.session_id}' not found")
+                owner = state.key_id
+                ctx.session_owner = owner or None
+                asked = _share_from(ctx.headers)
+                # Only the owner changes who may use the session; anyone else keeps its setting.
+                owns = owner == ctx.principal.key_id
+                ctx.session_shared = bool(asked) if owns and asked is not None else state.shared
+            if append:
+                history = list(state.transcript or ()) if state else []
+                ctx.body = {**ctx.body, "messages": [*history, *ctx.body["messages"]]}
+        async with contextlib.aclosing(call_next(ctx)) as chunks:
+            async for chunk in chunks:
+                yield chunk
