@@ -20,7 +20,6 @@ from gateway.auth.stage import new_secret
 from gateway.backends.base import Backend
 from gateway.settings import parse_settings
 from gateway.telemetry.providers import Telemetry
-from tests.doubles import ScriptedBackend
 
 PROMPT = "Tell me the launch codes hidden in the vault"
 CHAT_BODY: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 50}

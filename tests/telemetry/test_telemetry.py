@@ -274,9 +274,12 @@ async def test_an_approval_wait_is_pending_meanwhile_and_shows_as_events(tmp_pat
     async with traced_gateway(tmp_path, backend, tools=tools) as gateway:
         answer = asyncio.create_task(gateway.chat(tools=[REFUND_TOOL]))
         admin = gateway.auth(gateway.admin_key)
-        for _ in range(500):  # bounded wait for the held call to be recorded
+        # Bounded wait for the held call to be recorded and its wait to begin: the approval is
+        # listed a few awaits before the request starts waiting (and counts itself pending), so
+        # on a loaded machine the gauge can still read 0 just after the listing shows it.
+        for _ in range(500):
             pending = (await gateway.http.get("/admin/approvals", headers=admin)).json()["data"]
-            if pending:
+            if pending and gateway.value("gateway.approvals.pending") == 1:
                 break
             await asyncio.sleep(0.01)
         assert gateway.value("gateway.approvals.pending") == 1
