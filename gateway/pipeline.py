@@ -41,44 +41,69 @@ Handler = Callable[["RequestContext"], AsyncGenerator[Chunk, None]]
 
 @dataclass(slots=True)
 class RequestContext:
-    """Everything known about one request; stages read it and fill it in."""
+    """Everything known about one request. Each field has one writer, named in the section above
+    it; every other stage only reads it (tests/test_pipeline.py holds this for gateway/). Two
+    fields are shared on purpose: `body` is rewritten in stage order (ParseRequest parses it,
+    AppendHistory puts the session's history in front, ApplyRelease the release's system prompt,
+    ToolPolicy strips tools), each stage seeing what the earlier ones made; `response_headers`
+    collects each stage's own headers, sent by the HTTP layer with the first chunk."""
 
+    # The HTTP layer (http/openai_api.py), or a session reader taking a session over
+    # (sessions/resume.py), when it builds the context.
     request_id: str
     completion_id: str
     client: str = ""  # the peer's address, for aggregating refusals by source
     headers: Mapping[str, str] = field(default_factory=dict)
     read_body: Callable[[], Awaitable[bytes]] | None = None  # the raw body, read by ParseRequest
+    created: int = field(default_factory=lambda: int(time.time()))
+    started: float = field(default_factory=time.monotonic)
+    resume: tuple[str, int] | None = None  # (text, chunks) already sent, when taking a session over
+    response_headers: dict[str, str] = field(default_factory=dict)
+
+    # ParseRequest (http/requests.py); `body` shared as above.
     model: str = ""
     body: dict[str, Any] = field(default_factory=dict)
     stream: bool = False
     include_usage: bool = False
-    created: int = field(default_factory=lambda: int(time.time()))
-    started: float = field(default_factory=time.monotonic)
-    route: RouteLog = field(default_factory=RouteLog)
-    usage: Usage = field(default_factory=Usage)
-    ttft_s: float | None = None
+
+    # TraceRequests (telemetry/stage.py).
+    trace: RequestTrace = field(default_factory=RequestTrace)  # inert without the tracing stage
+
+    # Authenticate (auth/stage.py), or CandidatePath for an operator's pinned request.
     principal: Principal | None = None
+
+    # AssignSession (sessions/stage.py).
     session_id: str | None = None
     session_owner: str | None = None  # the key id owning the session (None: this request's key)
     session_shared: bool = False  # the session is open to every key of its tenant
     keep_transcript: bool = False  # opted in (X-Session-Id, or config): the prompts and answers are stored
+
+    # Admit (quota/stage.py).
     estimated_prompt_tokens: int = 0
     quota_note: str | None = None  # set when quotas were not enforced (store down, fail-open)
     # The quota reservation this request holds (quota.Admit's JSON form): saved with a session,
     # so that a replica taking the session over settles it instead of taking a second one.
     quota_hold: QuotaHold | None = None
-    response_headers: dict[str, str] = field(default_factory=dict)
-    completion_text: list[str] = field(default_factory=list)  # the assistant text, for audit digests
-    resume: tuple[str, int] | None = None  # (text, chunks) already sent, when taking a session over
+
+    # ApplyRelease and CanaryFallback (releases/stage.py).
     release: str | None = None  # the model's active release when the request started
     deployments: frozenset[str] | None = None  # the release's deployments; None: all of the model's
-    trace: RequestTrace = field(default_factory=RequestTrace)  # set by the tracing stage; inert without it
-    # Set while a tool call waits for a person: a non-streamed answer sends whitespace this often.
-    approval_keepalive_s: float | None = None
     # A canary request: the active release it falls back to if the candidate fails before output.
     release_fallback: Release | None = None
     release_prompt: str = ""  # the system prompt the release put in front
     canary_failed: bool = False
+
+    # ToolPolicy (approvals/tool_policy.py): while a tool call waits for a person, a non-streamed
+    # answer sends whitespace this often.
+    approval_keepalive_s: float | None = None
+
+    # Meter (here) and the router behind Call (the route log).
+    route: RouteLog = field(default_factory=RouteLog)
+    usage: Usage = field(default_factory=Usage)
+    ttft_s: float | None = None
+
+    # AuditRequests (audit/stage.py): the assistant text, for the record's digests.
+    completion_text: list[str] = field(default_factory=list)
 
 
 class Stage(Protocol):

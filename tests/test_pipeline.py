@@ -1,0 +1,96 @@
+"""RequestContext's fields each have one writer: the sections of its definition in
+gateway/pipeline.py name them, and this test holds the code to it."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import fields
+from pathlib import Path
+
+from gateway.pipeline import RequestContext
+
+GATEWAY = Path(__file__).resolve().parents[1] / "gateway"
+
+# Field -> the modules that may write it (assign, augment, append to, set a key of) through `ctx`.
+WRITERS: dict[str, set[str]] = {
+    "model": {"http/requests.py"},
+    "stream": {"http/requests.py"},
+    "include_usage": {"http/requests.py"},
+    # Shared on purpose, rewritten in stage order (see RequestContext's docstring).
+    "body": {"http/requests.py", "sessions/stage.py", "releases/stage.py", "approvals/tool_policy.py"},
+    "trace": {"telemetry/stage.py"},
+    "principal": {"auth/stage.py", "releases/candidate_path.py"},
+    "session_id": {"sessions/stage.py"},
+    "session_owner": {"sessions/stage.py"},
+    "session_shared": {"sessions/stage.py"},
+    "keep_transcript": {"sessions/stage.py"},
+    "estimated_prompt_tokens": {"quota/stage.py"},
+    "quota_note": {"quota/stage.py"},
+    "quota_hold": {"quota/stage.py"},
+    "release": {"releases/stage.py"},
+    "deployments": {"releases/stage.py"},
+    "release_fallback": {"releases/stage.py"},
+    "release_prompt": {"releases/stage.py"},
+    "canary_failed": {"releases/stage.py"},
+    "approval_keepalive_s": {"approvals/tool_policy.py"},
+    "usage": {"pipeline.py"},
+    "ttft_s": {"pipeline.py"},
+    "completion_text": {"audit/stage.py"},
+    # Shared on purpose: each stage adds its own headers.
+    "response_headers": {"quota/stage.py", "sessions/stage.py", "releases/stage.py", "approvals/tool_policy.py"},
+}
+MUTATORS = {"append", "extend", "update", "clear", "pop", "setdefault", "insert", "remove"}
+
+
+def _written_field(node: ast.AST) -> str | None:
+    """The ctx field `node` writes, if it is a write through `ctx` (ctx.f = / ctx.f += /
+    ctx.f[k] = / ctx.f.append(...))."""
+    target: ast.AST | None = None
+    if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        for candidate in targets:
+            target = candidate.value if isinstance(candidate, ast.Subscript) else candidate
+            if _ctx_attribute(target):
+                break
+        else:
+            return None
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in MUTATORS:
+        target = node.func.value
+    if target is not None and _ctx_attribute(target):
+        assert isinstance(target, ast.Attribute)
+        return target.attr
+    return None
+
+
+def _ctx_attribute(node: ast.AST) -> bool:
+    return isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "ctx"
+
+
+def writes_in_gateway() -> dict[str, set[str]]:
+    found: dict[str, set[str]] = {}
+    for path in sorted(GATEWAY.rglob("*.py")):
+        module = path.relative_to(GATEWAY).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            name = _written_field(node)
+            if name is not None:
+                found.setdefault(name, set()).add(module)
+    return found
+
+
+def test_every_request_context_field_is_written_only_by_its_owner() -> None:
+    strays = {
+        name: sorted(modules - WRITERS.get(name, set()))
+        for name, modules in writes_in_gateway().items()
+        if modules - WRITERS.get(name, set())
+    }
+    assert strays == {}, f"written outside their owners (see RequestContext in gateway/pipeline.py): {strays}"
+
+
+def test_the_owner_table_names_only_fields_that_exist() -> None:
+    assert set(WRITERS) <= {f.name for f in fields(RequestContext)}
+
+
+def test_the_scan_sees_each_kind_of_write() -> None:
+    source = "ctx.a = 1\nctx.b += 1\nctx.c['k'] = 1\nctx.d.append(1)\nctx.e.update({})\nother.f = 1\nctx.g.h = 1\n"
+    seen = {_written_field(node) for node in ast.walk(ast.parse(source))} - {None}
+    assert seen == {"a", "b", "c", "d", "e"}
