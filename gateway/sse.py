@@ -12,7 +12,12 @@ KEEP_ALIVE = b": keep-alive\n\n"
 
 
 def event(payload: dict[str, Any]) -> bytes:
-    return b"data: " + orjson.dumps(payload) + b"\n\n"
+    return data(orjson.dumps(payload))
+
+
+def data(payload: bytes) -> bytes:
+    """An event of payload bytes already encoded."""
+    return b"data: " + payload + b"\n\n"
 
 
 def frame(seq: int, payload: bytes) -> bytes:

@@ -25,12 +25,13 @@ from gateway.auth.stage import Authenticator
 from gateway.auth.tenancy import ModelTenancy
 from gateway.backends.base import Chunk
 from gateway.errors import GatewayError
-from gateway.http.errors import gateway_error_body, gateway_error_response, stream_failure
+from gateway.http.errors import gateway_error_body, gateway_error_response
 from gateway.http.requests import read_body
+from gateway.http.stream_events import StreamEvents
 from gateway.pipeline import Handler, RequestContext
 from gateway.sessions.manager import SessionManager
 from gateway.settings import ServerSettings
-from gateway.wire import ChunkRenderer, Completion, dumps
+from gateway.wire import Completion, dumps
 
 log = logging.getLogger(__name__)
 
@@ -116,19 +117,13 @@ async def _rest(first: Chunk | None, chunks: AsyncGenerator[Chunk, None]) -> Asy
 async def _sse_stream(
     ctx: RequestContext, first: Chunk | None, chunks: AsyncGenerator[Chunk, None]
 ) -> AsyncIterator[bytes]:
-    renderer = ChunkRenderer(ctx.completion_id, ctx.created, ctx.model)
-    async with contextlib.aclosing(chunks):
-        try:
-            async for chunk in _rest(first, chunks):
-                rendered = renderer.render(chunk)
-                if rendered is not None:
-                    yield sse.event(rendered)
-        except Exception as exc:  # noqa: BLE001 (a bug too gets a clean end; stream_failure logs it)
-            yield sse.event(gateway_error_body(stream_failure(exc)))
-            yield sse.DONE
-            return
-    if ctx.include_usage:
-        yield sse.event(renderer.render_usage(ctx.usage))
+    events = StreamEvents(ctx)
+    # Closed on every exit: a client gone mid-stream ends the stages (and their releases) now.
+    async with contextlib.aclosing(events.payloads(_rest(first, chunks))) as payloads:
+        async for payload in payloads:
+            yield sse.data(payload)
+    if events.failure is not None:
+        yield sse.data(events.failure_payload())
     yield sse.DONE
 
 

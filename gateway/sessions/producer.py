@@ -20,13 +20,14 @@ from typing import Any
 from gateway import sse
 from gateway.backends.base import Chunk
 from gateway.errors import Conflict, StoreUnavailable
-from gateway.http.errors import error_body, gateway_error_body, stream_failure
+from gateway.http.errors import error_body
+from gateway.http.stream_events import StreamEvents
 from gateway.pipeline import RequestContext
 from gateway.sessions.event_log import SessionLog
 from gateway.sessions.live import TAIL_POLL_S, LiveSession, LiveSessions, state_of
 from gateway.settings import SessionSettings
 from gateway.store.base import SessionCheckpoint, SessionStore
-from gateway.wire import ChunkRenderer, Completion, dumps
+from gateway.wire import dumps
 
 # The name sessions logged under as one module, gateway/sessions.py: operators filter by it.
 log = logging.getLogger("gateway.sessions")
@@ -106,29 +107,22 @@ class Producer:
             self._live.wakeup.set()
 
     async def produce(self, ctx: RequestContext, chunks: AsyncGenerator[Chunk, None], live: LiveSession) -> None:
-        renderer = ChunkRenderer(ctx.completion_id, ctx.created, ctx.model)
-        answer = Completion()
+        events = StreamEvents(ctx)
         try:
-            async with contextlib.aclosing(chunks):
-                async for chunk in chunks:
-                    answer.add(chunk)
-                    rendered = renderer.render(chunk)
-                    if rendered is not None:
-                        self._append(live, dumps(rendered))
-            if ctx.include_usage:
-                self._append(live, dumps(renderer.render_usage(ctx.usage)))
-        except Exception as exc:  # noqa: BLE001 (a bug too gets a clean end; stream_failure logs it)
-            error = stream_failure(exc)
-            if not live.log.events:
-                live.log.fail(error)
-                return
-            self._append(live, dumps(gateway_error_body(error)))
+            async with contextlib.aclosing(events.payloads(chunks)) as payloads:
+                async for payload in payloads:
+                    self._append(live, payload)
         except asyncio.CancelledError:
             # `on_client_disconnect: cancel`, or the session was deleted: readers must still see an end.
             self._finish(live, dumps(error_body("generation cancelled", "api_error", "cancelled")))
             raise
+        if events.failure is not None:
+            if not live.log.events:
+                live.log.fail(events.failure)  # before the first event: an HTTP error status
+                return
+            self._append(live, events.failure_payload())
         if live.state.transcript is not None:  # opted in (see `state_of`)
-            transcript = (*ctx.body.get("messages", []), answer.message(ctx.resume))
+            transcript = (*ctx.body.get("messages", []), events.answer.message(ctx.resume))
             live.state = replace(live.state, transcript=transcript)
         self._finish(live, None)
 
