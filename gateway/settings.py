@@ -113,6 +113,14 @@ class DeploymentSettings(Frozen):
     health_path: str = Field(default="/models", description="relative to api_base, or a full URL")
     load_hook: LoadHook | None = None
 
+    @field_validator("health_path")
+    @classmethod
+    def _path_or_http_url(cls, path: str) -> str:
+        parts = urlsplit(path)
+        if parts.scheme and (parts.scheme not in ("http", "https") or not parts.hostname):
+            raise ValueError("must be a path relative to api_base, or an http(s) URL")
+        return path
+
     @field_validator("api_key")
     @classmethod
     def _sendable_key(cls, key: str) -> str:

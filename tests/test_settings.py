@@ -26,3 +26,18 @@ def test_an_upstream_key_of_printable_ascii_is_accepted() -> None:
     key = "sk-proj_AZaz09.~!#$%&'*+-/=?^`|{}"
     settings = parse_settings(config_with_key(key))
     assert settings.models[0].deployments[0].api_key == key
+
+
+@pytest.mark.parametrize("health_path", ["ftp://upstream.test/health", "localhost:8000/health", "http:///health"])
+def test_a_health_path_that_is_neither_a_path_nor_an_http_url_is_refused_naming_it(health_path: str) -> None:
+    config = config_with_key("")
+    config["models"][0]["deployments"][0]["health_path"] = health_path  # type: ignore[index]
+    with pytest.raises(ConfigError, match=r"models\[0\]\.deployments\[0\]\.health_path: must be a path"):
+        parse_settings(config)
+
+
+@pytest.mark.parametrize("health_path", ["/models", "health?next=http://x", "http://127.0.0.1:8000/health"])
+def test_a_health_path_may_be_a_path_or_an_http_url(health_path: str) -> None:
+    config = config_with_key("")
+    config["models"][0]["deployments"][0]["health_path"] = health_path  # type: ignore[index]
+    assert parse_settings(config).models[0].deployments[0].health_path == health_path

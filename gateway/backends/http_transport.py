@@ -31,7 +31,7 @@ import re
 import ssl
 import zlib
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import cast
 
 import httptools
@@ -71,7 +71,7 @@ class Tunnel:
 
     host: str
     port: int
-    head: bytes  # the CONNECT request, with the proxy's credentials if it has any
+    head: bytes = field(repr=False)  # the CONNECT request, with the proxy's credentials if it has any
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ import asyncio
 import math
 from collections.abc import AsyncGenerator
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 
@@ -167,8 +168,10 @@ class OpenAICompatBackend:
         try:
             response = await route.pool.request(template.render(b""), deadline.wait, deadline.when)
             await response.aclose(self._timeouts.stall_s)  # the body is not needed; the connection is
-        except (TimeoutError, ConnectTimedOut):
+        except ConnectTimedOut:
             raise UpstreamTimeout("health probe timed out", deployment=self.name, phase="connect") from None
+        except TimeoutError:  # connected, but no answer in time: slow, not unreachable
+            raise UpstreamTimeout("health probe timed out", deployment=self.name, phase="first_token") from None
         except TransportError as exc:
             raise UpstreamConnectError(f"health probe failed: {exc!r}", deployment=self.name) from None
         finally:
@@ -283,7 +286,7 @@ def _health_request(
     """health_path is relative to api_base, or a full URL (vLLM's /health sits at the root); a
     full URL on the same origin shares the request pool."""
     path = deployment.health_path
-    if "://" not in path:
+    if not urlsplit(path).scheme:  # a path (settings allow only a path or an http(s) URL)
         return route, _template_or_error(route, "GET", f"{route.path}/{path.lstrip('/')}", headers)
     health = Route(path, max_connections=1, connect_timeout_s=deployment.timeouts.connect_s, share=route)
     return health, _template_or_error(health, "GET", health.path or "/", headers)

@@ -34,7 +34,8 @@ class Route:
     def __init__(self, url: str, *, max_connections: int, connect_timeout_s: float, share: Route | None = None) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"not an http(s) URL: {url!r}")
+            # Named without its credentials or path: this message reaches logs.
+            raise ValueError(f"not an http(s) URL: {parts.scheme}://{parts.hostname or ''}")
         port = parts.port or (443 if parts.scheme == "https" else 80)
         self.key = (parts.scheme, parts.hostname.lower(), port)
         self.path = parts.path.rstrip("/")
@@ -93,25 +94,44 @@ def environment_proxy(scheme: str, host: str, port: int) -> str | None:
     return proxy if "://" in proxy else f"http://{proxy}"
 
 
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
 def _bypassed(scheme: str, host: str, port: int, no_proxy: str) -> bool:
-    """NO_PROXY as httpx reads it: `*`; an address or `localhost`, exactly; `name` for name and its
-    subdomains, `.name` for its subdomains only; scheme://host[:port] with `*` and `*.` as in httpx."""
+    """NO_PROXY as httpx reads it: `*` is everything; every other entry becomes an httpx URL
+    pattern (`_as_pattern`), matched on scheme, host and, where the entry names one, port."""
     for entry in (e.strip().lower() for e in no_proxy.split(",")):
         if entry == "*":
             return True
-        if "://" in entry:
-            if _pattern_matches(urlsplit(entry), scheme, host, port):
+        if not entry:
+            continue
+        try:
+            pattern = urlsplit(_as_pattern(entry))
+            if _pattern_matches(pattern, scheme, host, port):
                 return True
-        elif _is_address(entry) or entry == "localhost":
-            if host == entry.split("/")[0].strip("[]"):
-                return True
-        elif entry and _in_domain(host, entry if entry.startswith(".") else f"*{entry}"):
-            return True
+        except ValueError:  # a port that is no number: httpx would refuse it; it bypasses nothing
+            continue
     return False
 
 
+def _as_pattern(entry: str) -> str:
+    """An IPv4/IPv6 address or `localhost`: that host; `name` or `name:port`: name and its
+    subdomains (on that port); `.name`: its subdomains only; `scheme://host[:port]` as written."""
+    if "://" in entry:
+        return entry
+    if _is_address(entry, ipaddress.IPv4Address) or entry == "localhost":
+        return f"all://{entry}"
+    if _is_address(entry, ipaddress.IPv6Address):
+        return f"all://[{entry}]"
+    return f"all://*{entry}"
+
+
 def _pattern_matches(pattern: SplitResult, scheme: str, host: str, port: int) -> bool:
-    if pattern.scheme not in ("all", scheme) or (pattern.port is not None and pattern.port != port):
+    # As httpx.URL: a scheme's default port is no port, in the pattern and in the URL alike (so
+    # `http://name:80` matches every port of name, and `name:80` no URL without an explicit port).
+    url_port = None if _DEFAULT_PORTS.get(scheme) == port else port
+    pattern_port = None if _DEFAULT_PORTS.get(pattern.scheme) == pattern.port else pattern.port
+    if pattern.scheme not in ("all", scheme) or (pattern_port is not None and pattern_port != url_port):
         return False
     wanted = pattern.hostname or "*"
     return wanted == "*" or _in_domain(host, wanted[1:] if wanted.startswith("*.") else wanted)
@@ -126,9 +146,9 @@ def _in_domain(host: str, name: str) -> bool:
     return host == name
 
 
-def _is_address(entry: str) -> bool:
+def _is_address(entry: str, kind: type[ipaddress.IPv4Address | ipaddress.IPv6Address]) -> bool:
     try:
-        ipaddress.ip_address(entry.split("/")[0].strip("[]"))
+        kind(entry.split("/")[0])
     except ValueError:
         return False
     return True

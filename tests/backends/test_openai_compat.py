@@ -448,8 +448,9 @@ async def test_probe_failures_are_typed() -> None:
 
     async with FakeUpstream(silent) as upstream:
         b = direct(upstream.url, first_token_s=0.1)
-        with pytest.raises(UpstreamTimeout, match="health probe timed out"):
+        with pytest.raises(UpstreamTimeout, match="health probe timed out") as timed_out:
             await b.probe()
+        assert timed_out.value.phase == "first_token"  # connected, then silent: slow, not unreachable
         await b.aclose()
 
 
