@@ -187,6 +187,12 @@ class SessionStore(Protocol):
         """Drop the lease if `owner` holds it (a finished stream)."""
         ...
 
+    async def session_open(self, first: SessionCheckpoint) -> bool:
+        """A new stream's first checkpoint: claim the lease for `first.renew_owner` (required) and,
+        only if that succeeds, write the rest of `first`, as one transaction where the store has
+        them (SQLite); False, and nothing written, when another owner holds a live lease."""
+        ...
+
     async def session_checkpoint(self, items: list[SessionCheckpoint]) -> None:
         """Several sessions' saves, appends and lease changes in one round trip (Redis) or one
         transaction (SQLite): the checkpointer writes every live session at once."""

@@ -34,7 +34,7 @@ from gateway.store.base import (
 )
 from gateway.store.memory_quota import MemoryQuotas
 from gateway.store.release_record import Canary, HistoryEntry, Release
-from gateway.store.session_batch import check_events, check_ttl
+from gateway.store.session_batch import check_events, check_open, check_ttl
 from gateway.store.session_record import SessionState
 from gateway.store.sqlite_db import SqliteDb
 
@@ -157,6 +157,12 @@ class EmbeddedStore:
         now = self._clock()
         purge = self._purge_due(now)
         await self._run(lambda db: sessions.checkpoint(db, items, now, purge=purge))
+
+    async def session_open(self, first: SessionCheckpoint) -> bool:
+        check_open(first)
+        now = self._clock()
+        purge = self._purge_due(now)
+        return await self._run(lambda db: sessions.open_session(db, first, now, purge=purge))
 
     async def session_delete(self, tenant: str, session_id: str) -> bool:
         now = self._clock()

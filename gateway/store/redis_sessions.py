@@ -7,6 +7,7 @@ holding its owner with a PX expiry. Every call is one command or one script: one
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any
 
 from redis.asyncio.client import Pipeline
@@ -15,7 +16,7 @@ from gateway.store import keys
 from gateway.store.base import SessionCheckpoint
 from gateway.store.fields import stored
 from gateway.store.redis_common import Client, ClusterClient, script, unavailable
-from gateway.store.session_batch import check_events, check_ttl
+from gateway.store.session_batch import check_events, check_open, check_ttl
 from gateway.store.session_record import SessionState
 
 
@@ -122,6 +123,15 @@ class RedisSessions:
             await self._claim(keys=[names.lease], args=[item.renew_owner, lease_ms], client=pipe)
         if item.release_owner is not None:
             await self._release(keys=[names.lease], args=[item.release_owner], client=pipe)
+
+    async def open(self, first: SessionCheckpoint) -> bool:
+        """Two round trips, the claim first: only a won claim writes the rest."""
+        check_open(first)
+        assert first.renew_owner is not None
+        if not await self.claim(first.tenant, first.session_id, first.renew_owner, first.lease_ttl_s):
+            return False
+        await self.checkpoint([replace(first, renew_owner=None)])
+        return True
 
     async def delete(self, tenant: str, session_id: str) -> bool:
         names = self._keys(tenant, session_id)

@@ -267,6 +267,9 @@ class RedisStore:
     async def session_checkpoint(self, items: list[SessionCheckpoint]) -> None:
         await self._sessions.checkpoint(items)
 
+    async def session_open(self, first: SessionCheckpoint) -> bool:
+        return await self._sessions.open(first)
+
     async def session_delete(self, tenant: str, session_id: str) -> bool:
         return await self._sessions.delete(tenant, session_id)
 

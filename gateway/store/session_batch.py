@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+from gateway.store.base import SessionCheckpoint
+
 
 def check_ttl(ttl_s: float) -> None:
     if not (ttl_s > 0 and math.isfinite(ttl_s)):
@@ -19,6 +21,15 @@ def check_events(events: list[tuple[int, bytes]]) -> None:
             raise ValueError(f"session event seqs must be integers >= 1, not {seq!r}")
         if not isinstance(payload, bytes):
             raise ValueError(f"session event payloads must be bytes, not {type(payload).__name__}")
+
+
+def check_open(first: SessionCheckpoint) -> None:
+    """`session_open`'s argument: a checkpoint that names the owner claiming the lease."""
+    check_ttl(first.ttl_s)
+    check_events(first.events)
+    if not first.renew_owner:
+        raise ValueError("session_open claims the lease: the checkpoint must name its owner (renew_owner)")
+    check_ttl(first.lease_ttl_s)
 
 
 def newer_events(events: list[tuple[int, bytes]], last_seq: int) -> list[tuple[int, bytes]]:

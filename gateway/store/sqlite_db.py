@@ -27,6 +27,7 @@ from gateway.store.sqlite_approvals import SCHEMA as APPROVALS_SCHEMA
 from gateway.store.sqlite_approvals import add_redeemed_column
 from gateway.store.sqlite_releases import SCHEMA as RELEASES_SCHEMA
 from gateway.store.sqlite_sessions import SCHEMA as SESSIONS_SCHEMA
+from gateway.store.sqlite_sessions import migrate as migrate_sessions
 from gateway.store.sqlite_tx import transaction
 
 T = TypeVar("T")
@@ -77,6 +78,7 @@ class SqliteDb:
             connection.execute("PRAGMA synchronous=NORMAL")
             connection.executescript(_SCHEMA + SESSIONS_SCHEMA + APPROVALS_SCHEMA + RELEASES_SCHEMA)
             add_redeemed_column(connection)
+            migrate_sessions(connection)
         except BaseException:
             connection.close()
             raise

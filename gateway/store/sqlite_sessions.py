@@ -1,6 +1,8 @@
 """Sessions in the embedded store's SQLite file (see gateway/store/base.py for the contract).
 
-One row per session holds its state, its expiry and its lease; its events are rows of their own.
+One row per session holds its state, its expiry and its lease; its events are stored in blocks,
+one row per write holding that write's events packed together (a stream's ~20 events cost two or
+three rows, not twenty: row inserts were most of a stream's checkpoint cost).
 State and events share `expires_at`; the lease has `lease_expires`. A session whose `expires_at`
 has passed reads as absent (no state, no events) even before its rows are purged; writing to it
 first clears what it held, so it starts over exactly like an expired Redis session.
@@ -15,6 +17,9 @@ path's background flusher.
 from __future__ import annotations
 
 import sqlite3
+import struct
+from collections.abc import Iterator
+from dataclasses import replace
 
 from gateway.store.base import SessionCheckpoint
 from gateway.store.fields import stored
@@ -33,14 +38,17 @@ CREATE TABLE IF NOT EXISTS sessions (
     PRIMARY KEY (tenant, id)
 );
 CREATE INDEX IF NOT EXISTS sessions_expiry ON sessions (expires_at);
-CREATE TABLE IF NOT EXISTS session_events (
+CREATE TABLE IF NOT EXISTS session_event_blocks (
     tenant TEXT NOT NULL,
     id TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    event BLOB NOT NULL,
-    PRIMARY KEY (tenant, id, seq)
+    first_seq INTEGER NOT NULL,
+    last_seq INTEGER NOT NULL,
+    events BLOB NOT NULL,      -- per event: seq (8 bytes), payload length (4 bytes), payload
+    PRIMARY KEY (tenant, id, first_seq)
 );
 """
+
+_EVENT_HEADER = struct.Struct(">QI")
 
 PURGE_BATCH = 200  # expired sessions removed per purge, so that one purge stays short
 
@@ -57,7 +65,7 @@ ON CONFLICT (tenant, id) DO UPDATE SET
 """
 
 _DROP_EXPIRED_EVENTS = """
-DELETE FROM session_events WHERE tenant = :tenant AND id = :id
+DELETE FROM session_event_blocks WHERE tenant = :tenant AND id = :id
 AND EXISTS (SELECT 1 FROM sessions s WHERE s.tenant = :tenant AND s.id = :id AND s.expires_at <= :now)
 """
 
@@ -68,11 +76,14 @@ ON CONFLICT (tenant, id) DO UPDATE SET lease_owner = excluded.lease_owner, lease
 WHERE sessions.lease_owner IS NULL OR sessions.lease_expires <= :now OR sessions.lease_owner = excluded.lease_owner
 """
 
-_EVENTS = """
-SELECT e.seq, e.event FROM session_events e JOIN sessions s ON s.tenant = e.tenant AND s.id = e.id
-WHERE e.tenant = ? AND e.id = ? AND e.seq > ? AND s.expires_at > ?
-ORDER BY e.seq LIMIT ?
+# Every block holding an event after the given seq holds at least one: `limit` blocks suffice.
+_EVENT_BLOCKS = """
+SELECT b.events FROM session_event_blocks b JOIN sessions s ON s.tenant = b.tenant AND s.id = b.id
+WHERE b.tenant = ? AND b.id = ? AND b.last_seq > ? AND s.expires_at > ?
+ORDER BY b.first_seq LIMIT ?
 """
+
+_DELETE_EVENTS = "DELETE FROM session_event_blocks WHERE tenant = ? AND id = ?"
 
 _PURGEABLE = """
 SELECT tenant, id FROM sessions
@@ -133,12 +144,33 @@ def append(
 
 
 def _insert_newer(db: sqlite3.Connection, tenant: str, session_id: str, events: list[tuple[int, bytes]]) -> None:
-    query = "SELECT MAX(seq) FROM session_events WHERE tenant = ? AND id = ?"
+    query = "SELECT MAX(last_seq) FROM session_event_blocks WHERE tenant = ? AND id = ?"
     last = db.execute(query, (tenant, session_id)).fetchone()[0] or 0
-    db.executemany(
-        "INSERT INTO session_events (tenant, id, seq, event) VALUES (?, ?, ?, ?)",
-        [(tenant, session_id, seq, payload) for seq, payload in newer_events(events, last)],
-    )
+    kept = newer_events(events, last)
+    if kept:
+        db.execute(
+            "INSERT INTO session_event_blocks (tenant, id, first_seq, last_seq, events) VALUES (?, ?, ?, ?, ?)",
+            (tenant, session_id, kept[0][0], kept[-1][0], _pack(kept)),
+        )
+
+
+def _pack(events: list[tuple[int, bytes]]) -> bytes:
+    parts: list[bytes] = []
+    for seq, payload in events:
+        parts += (_EVENT_HEADER.pack(seq, len(payload)), payload)
+    return b"".join(parts)
+
+
+def _unpack(block: bytes) -> Iterator[tuple[int, bytes]]:
+    offset, header = 0, _EVENT_HEADER.size
+    while offset < len(block):
+        if offset + header > len(block):
+            raise ValueError(f"an event block is cut short at byte {offset} of {len(block)}")
+        seq, size = _EVENT_HEADER.unpack_from(block, offset)
+        offset += header + size
+        if offset > len(block):
+            raise ValueError(f"an event block is cut short: an event of {size} bytes ends past byte {len(block)}")
+        yield seq, block[offset - size : offset]
 
 
 def checkpoint(db: sqlite3.Connection, items: list[SessionCheckpoint], now: float, *, purge: bool) -> None:
@@ -147,24 +179,59 @@ def checkpoint(db: sqlite3.Connection, items: list[SessionCheckpoint], now: floa
         if purge:
             _purge_expired(db, now)
         for item in items:
-            if item.replace_events:
-                db.execute("DELETE FROM session_events WHERE tenant = ? AND id = ?", (item.tenant, item.session_id))
-            state = item.state.to_json() if item.state is not None else None
-            if state is not None or item.events:
-                _touch(db, item.tenant, item.session_id, now, item.ttl_s, state)
-            if item.events:
-                _insert_newer(db, item.tenant, item.session_id, item.events)
-            if item.renew_owner is not None:
-                claim(db, item.tenant, item.session_id, item.renew_owner, now, item.lease_ttl_s)
-            if item.release_owner is not None:
-                release(db, item.tenant, item.session_id, item.release_owner)
+            _apply(db, item, now)
+
+
+def open_session(db: sqlite3.Connection, first: SessionCheckpoint, now: float, *, purge: bool) -> bool:
+    """Claim `first`'s lease, then write the rest of it only if claimed: one transaction, so a
+    new stream pays one commit before its first upstream byte, not two."""
+    assert first.renew_owner is not None, "opening a session claims it for an owner"
+    with transaction(db, "BEGIN IMMEDIATE"):
+        if not claim(db, first.tenant, first.session_id, first.renew_owner, now, first.lease_ttl_s):
+            return False
+        if purge:
+            _purge_expired(db, now)
+        _apply(db, replace(first, renew_owner=None), now)
+    return True
+
+
+def _apply(db: sqlite3.Connection, item: SessionCheckpoint, now: float) -> None:
+    if item.replace_events:
+        db.execute(_DELETE_EVENTS, (item.tenant, item.session_id))
+    state = item.state.to_json() if item.state is not None else None
+    if state is not None or item.events:
+        _touch(db, item.tenant, item.session_id, now, item.ttl_s, state)
+    if item.events:
+        _insert_newer(db, item.tenant, item.session_id, item.events)
+    if item.renew_owner is not None:
+        claim(db, item.tenant, item.session_id, item.renew_owner, now, item.lease_ttl_s)
+    if item.release_owner is not None:
+        release(db, item.tenant, item.session_id, item.release_owner)
 
 
 def events(
     db: sqlite3.Connection, tenant: str, session_id: str, after_seq: int, limit: int, now: float
 ) -> list[tuple[int, bytes]]:
-    rows = db.execute(_EVENTS, (tenant, session_id, after_seq, now, limit)).fetchall()
-    return [(int(seq), bytes(event)) for seq, event in rows]
+    found: list[tuple[int, bytes]] = []
+    with stored("session events", session_id):
+        for (block,) in db.execute(_EVENT_BLOCKS, (tenant, session_id, after_seq, now, limit)):
+            found += (event for event in _unpack(bytes(block)) if event[0] > after_seq)
+            if len(found) >= limit:
+                break
+    return found[:limit]
+
+
+def migrate(db: sqlite3.Connection) -> None:
+    """A file made when every event was a row of its own: each becomes a block of one."""
+    if db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'session_events'").fetchone() is None:
+        return
+    with transaction(db, "BEGIN IMMEDIATE"):
+        rows = db.execute("SELECT tenant, id, seq, event FROM session_events").fetchall()
+        db.executemany(
+            "INSERT OR IGNORE INTO session_event_blocks VALUES (?, ?, ?, ?, ?)",
+            [(tenant, session_id, seq, seq, _pack([(seq, bytes(event))])) for tenant, session_id, seq, event in rows],
+        )
+        db.execute("DROP TABLE session_events")
 
 
 def claim(db: sqlite3.Connection, tenant: str, session_id: str, owner: str, now: float, ttl_s: float) -> bool:
@@ -187,7 +254,7 @@ def delete(db: sqlite3.Connection, tenant: str, session_id: str, now: float) -> 
             "SELECT expires_at, lease_owner, lease_expires FROM sessions WHERE tenant = ? AND id = ?",
             (tenant, session_id),
         ).fetchone()
-        db.execute("DELETE FROM session_events WHERE tenant = ? AND id = ?", (tenant, session_id))
+        db.execute(_DELETE_EVENTS, (tenant, session_id))
         db.execute("DELETE FROM sessions WHERE tenant = ? AND id = ?", (tenant, session_id))
     if row is None:
         return False
@@ -199,5 +266,5 @@ def _purge_expired(db: sqlite3.Connection, now: float) -> None:
     """Remove a batch of sessions whose state, events and lease have all expired (in the
     caller's transaction). Reads never purge: they stay reads."""
     expired = db.execute(_PURGEABLE, {"now": now, "batch": PURGE_BATCH}).fetchall()
-    db.executemany("DELETE FROM session_events WHERE tenant = ? AND id = ?", expired)
+    db.executemany(_DELETE_EVENTS, expired)
     db.executemany("DELETE FROM sessions WHERE tenant = ? AND id = ?", expired)

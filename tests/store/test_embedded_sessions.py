@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.errors import StoreUnavailable
+from gateway.errors import StoreCorrupt, StoreUnavailable
 from gateway.settings import EmbeddedStoreSettings
 from gateway.store.embedded import SESSION_PURGE_INTERVAL_S, EmbeddedStore
 from gateway.store.session_record import SessionState
@@ -35,7 +35,7 @@ def store(settings: EmbeddedStoreSettings, clock: Clock) -> EmbeddedStore:
 def rows(store: EmbeddedStore) -> tuple[int, int]:
     with sqlite3.connect(store.path) as db:
         sessions = db.execute("SELECT COUNT(*) FROM sessions").fetchone()[0]
-        events = db.execute("SELECT COUNT(*) FROM session_events").fetchone()[0]
+        events = db.execute("SELECT COUNT(*) FROM session_event_blocks").fetchone()[0]
     return int(sessions), int(events)
 
 
@@ -76,7 +76,7 @@ async def test_expired_sessions_are_purged_by_a_later_write(store: EmbeddedStore
         await store.session_append("acme", f"old{n}", [(1, b"a"), (2, b"b")], 10)
     await store.session_append("acme", "leased", [(1, b"a")], 10)
     assert await store.session_claim("acme", "leased", "a", 1000)  # after: a write would cut it to 10 s
-    assert rows(store) == (6, 11)
+    assert rows(store) == (6, 6)  # each append's events are one block
     clock.now += SESSION_PURGE_INTERVAL_S + 1
     await store.session_append("acme", "new", [(1, b"a")], 10)
     # The session whose lease is alive keeps its row (the lease still counts) until that lapses.
@@ -103,3 +103,45 @@ async def test_a_closed_store_raises_store_unavailable_for_sessions(store: Embed
         await store.session_events("acme", "s1", 0, 10)
     with pytest.raises(StoreUnavailable):
         await store.session_claim("acme", "s1", "a", 10)
+
+
+async def test_events_are_read_across_blocks_after_any_seq_up_to_the_limit(store: EmbeddedStore) -> None:
+    await store.session_append("acme", "s1", [(1, b"a"), (2, b"b"), (3, b"c")], 60)
+    await store.session_append("acme", "s1", [(4, b"d")], 60)
+    await store.session_append("acme", "s1", [(5, b""), (6, b"f" * 70_000)], 60)
+    assert rows(store) == (1, 3)
+    assert [seq for seq, _ in await store.session_events("acme", "s1", 0, 100)] == [1, 2, 3, 4, 5, 6]
+    assert await store.session_events("acme", "s1", 2, 2) == [(3, b"c"), (4, b"d")]
+    assert await store.session_events("acme", "s1", 4, 10) == [(5, b""), (6, b"f" * 70_000)]
+    assert await store.session_events("acme", "s1", 6, 10) == []
+
+
+async def test_a_file_from_when_events_were_rows_is_migrated(settings: EmbeddedStoreSettings, clock: Clock) -> None:
+    settings.path.mkdir(parents=True)
+    path = EmbeddedStore(settings, clock=clock).path
+    with sqlite3.connect(path) as db:
+        db.executescript(
+            """
+            CREATE TABLE sessions (tenant TEXT NOT NULL, id TEXT NOT NULL, state BLOB, expires_at REAL NOT NULL,
+                lease_owner TEXT, lease_expires REAL, PRIMARY KEY (tenant, id));
+            CREATE TABLE session_events (tenant TEXT NOT NULL, id TEXT NOT NULL, seq INTEGER NOT NULL,
+                event BLOB NOT NULL, PRIMARY KEY (tenant, id, seq));
+            """
+        )
+        db.execute("INSERT INTO sessions VALUES ('acme', 's1', NULL, ?, NULL, NULL)", (clock.now + 60,))
+        db.executemany("INSERT INTO session_events VALUES ('acme', 's1', ?, ?)", [(1, b"a"), (2, b"b")])
+    store = EmbeddedStore(settings, clock=clock)
+    assert await store.session_events("acme", "s1", 0, 10) == [(1, b"a"), (2, b"b")]
+    await store.session_append("acme", "s1", [(2, b"again"), (3, b"c")], 60)
+    assert await store.session_events("acme", "s1", 1, 10) == [(2, b"b"), (3, b"c")]
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT name FROM sqlite_master WHERE name = 'session_events'").fetchone() is None
+    await store.aclose()
+
+
+async def test_a_damaged_event_block_is_store_corrupt_naming_the_session(store: EmbeddedStore) -> None:
+    await store.session_append("acme", "s1", [(1, b"abc")], 60)
+    with sqlite3.connect(store.path) as db:
+        db.execute("UPDATE session_event_blocks SET events = substr(events, 1, length(events) - 1)")
+    with pytest.raises(StoreCorrupt, match="s1"):
+        await store.session_events("acme", "s1", 0, 10)

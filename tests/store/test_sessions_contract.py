@@ -271,3 +271,39 @@ async def test_a_batched_checkpoint_saves_appends_and_moves_leases_for_many_sess
     await store.session_checkpoint([SessionCheckpoint("t1", "live", LONG_TTL, events=events(2, 3))])
     assert [seq for seq, _ in await store.session_events("t1", "live", 0, 10)] == [1, 2, 3], "no duplicate on retry"
     await store.session_checkpoint([])
+
+
+async def test_opening_a_session_claims_it_saves_the_state_and_drops_the_last_answers_events(store: Store) -> None:
+    from gateway.store.base import SessionCheckpoint
+
+    await store.session_save("acme", "s1", DONE, LONG_TTL)
+    await store.session_append("acme", "s1", events(1, 2, tag="last answer"), LONG_TTL)
+    first = SessionCheckpoint(
+        "acme", "s1", LONG_TTL, state=STATE, renew_owner="replica-a", lease_ttl_s=LONG_TTL, replace_events=True
+    )
+    assert await store.session_open(first)
+    assert await store.session_load("acme", "s1") == STATE
+    assert await store.session_events("acme", "s1", 0, 10) == []
+    assert not await store.session_claim("acme", "s1", "replica-b", LONG_TTL), "the lease is replica-a's"
+    assert await store.session_open(first), "the owner may open its own session again"
+
+
+async def test_opening_a_session_another_owner_streams_writes_nothing(store: Store) -> None:
+    from gateway.store.base import SessionCheckpoint
+
+    await store.session_save("acme", "s1", DONE, LONG_TTL)
+    await store.session_append("acme", "s1", events(1, 2), LONG_TTL)
+    assert await store.session_claim("acme", "s1", "replica-a", LONG_TTL)
+    rival = SessionCheckpoint(
+        "acme", "s1", LONG_TTL, state=STATE, renew_owner="replica-b", lease_ttl_s=LONG_TTL, replace_events=True
+    )
+    assert not await store.session_open(rival)
+    assert await store.session_load("acme", "s1") == DONE
+    assert await store.session_events("acme", "s1", 0, 10) == events(1, 2)
+
+
+async def test_opening_a_session_without_an_owner_is_refused(store: Store) -> None:
+    from gateway.store.base import SessionCheckpoint
+
+    with pytest.raises(ValueError, match="owner"):
+        await store.session_open(SessionCheckpoint("acme", "s1", LONG_TTL, state=STATE, lease_ttl_s=LONG_TTL))
