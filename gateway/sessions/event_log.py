@@ -8,12 +8,14 @@ the exact bytes after `data: `; the terminal `[DONE]` is an event like any other
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 import orjson
 
 from gateway.errors import GatewayError
 from gateway.sse import DONE_PAYLOAD
+
+Event = tuple[int, bytes]  # (seq, payload)
 
 
 def content_of(payload: bytes) -> str:
@@ -65,18 +67,19 @@ class SessionLog:
         while not (self.events or self.closed):
             await self._grew.wait()
 
-    async def follow(self, after_seq: int, idle_s: float | None = None) -> AsyncIterator[tuple[int, bytes] | None]:
-        """Every event with seq > after_seq, then each new one as it comes, until the log closes.
-        None after every `idle_s` without an event (time for a keep-alive)."""
+    async def follow(self, after_seq: int, idle_s: float | None = None) -> AsyncGenerator[list[Event] | None, None]:
+        """Every event with seq > after_seq, then the new ones as they come, until the log closes:
+        each time, all the events there are (one write to the client for a burst, never a wait
+        for more). None after every `idle_s` without an event (time for a keep-alive)."""
         index = self._index_after(after_seq)
         while True:
             grew = self._grew
-            while index < len(self.events):
-                event = self.events[index]
-                index += 1
+            if index < len(self.events):
                 # A takeover regenerates events the reader may already have: skip them by seq.
-                if event[0] > after_seq:
-                    yield event
+                batch = [event for event in self.events[index:] if event[0] > after_seq]
+                index = len(self.events)
+                if batch:
+                    yield batch
             if self.closed:
                 return
             if index == len(self.events):

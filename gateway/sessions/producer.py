@@ -69,17 +69,13 @@ class Producer:
         assert ctx.principal is not None
         live = LiveSession(ctx.principal.tenant, ctx.session_id or "", SessionLog(), state_of(ctx, self._replica_id))
         try:
-            if not await self._claim_lease(live):
+            if not await self._open(live):
                 raise Conflict(
                     f"session '{live.session_id}' is streaming an answer on another replica; "
                     f"follow it with GET /v1/sessions/{live.session_id}/stream",
                     param="X-Session-Id",
                 )
             live.renewed_at = time.monotonic()
-            first = SessionCheckpoint(
-                live.tenant, live.session_id, self._settings.resume_ttl_s, live.state, replace_events=True
-            )
-            await self._store.session_checkpoint([first])
             live.state_saved, live.fresh = True, False
         except StoreUnavailable as error:
             log.warning("session %s streams without a lease until the store answers: %s", live.session_id, error)
@@ -87,13 +83,22 @@ class Producer:
         self._live.by_key[(live.tenant, live.session_id)] = live
         return live
 
-    async def _claim_lease(self, live: LiveSession) -> bool:
+    async def _open(self, live: LiveSession) -> bool:
+        """Claim the lease and save the state (and drop the previous answer's events) at once."""
+        first = SessionCheckpoint(
+            live.tenant,
+            live.session_id,
+            self._settings.resume_ttl_s,
+            live.state,
+            renew_owner=self._replica_id,
+            lease_ttl_s=self._settings.lease_ttl_s,
+            replace_events=True,
+        )
         # A client that read [DONE] may ask for its next answer before the owner's last checkpoint
         # has let the lease go: wait that long (a few checkpoint intervals) before saying busy.
         deadline = time.monotonic() + max(_CLAIM_PATIENCE_S, 3 * self._settings.checkpoint_interval_s)
         while True:
-            ttl = self._settings.lease_ttl_s
-            if await self._store.session_claim(live.tenant, live.session_id, self._replica_id, ttl):
+            if await self._store.session_open(first):
                 return True
             if time.monotonic() >= deadline:
                 return False

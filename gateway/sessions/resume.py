@@ -55,9 +55,9 @@ class Readers:
         `on_client_disconnect: cancel`."""
         live.readers += 1
         try:
-            async for event in live.log.follow(after_seq, idle_s=_KEEP_ALIVE_S):
+            async for events in live.log.follow(after_seq, idle_s=_KEEP_ALIVE_S):
                 # A long wait (a tool call held for human approval) must not look like a dead link.
-                yield sse.KEEP_ALIVE if event is None else sse.frame(*event)
+                yield sse.KEEP_ALIVE if events is None else b"".join(sse.frame(*event) for event in events)
         finally:
             live.readers -= 1
             policy = self._settings.on_client_disconnect
