@@ -39,11 +39,12 @@ def main() -> None:
     args = parser.parse_args()
     sims = [start_sim(), start_sim()]
     prefix = f"bench-switch-{uuid.uuid4().hex[:8]}"
+    redis_url = "redis://127.0.0.1:6379/0"
     tmp = Path(tempfile.mkdtemp(prefix="agw-switch-"))
     config = gateway_config(
         deployment("old", sims[0]),
         deployment("new", sims[1], priority=1),
-        store={"kind": "redis", "url": "redis://127.0.0.1:6379/0", "key_prefix": prefix},
+        store={"kind": "redis", "url": redis_url, "key_prefix": prefix},
         releases={"watch_interval_s": args.watch_interval},
     )
     admin_key = new_secret()
@@ -56,7 +57,7 @@ def main() -> None:
     finally:
         for sim in sims:
             sim.stop()
-        delete_redis_prefix(prefix)
+        delete_redis_prefix(prefix, redis_url)
 
 
 def run(a: Any, b: Any, switches: int, watch_interval_s: float) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from common.processes import Announced
 from tests.cluster.redis_cluster import RedisCluster, running_cluster
-from tests.procs import child_pids, reset, start_sim, wait_gone
+from tests.procs import REDIS_URL_ENV, child_pids, reset, start_redis, start_sim, wait_gone
 
 _PR_SET_CHILD_SUBREAPER = 36
 
@@ -23,8 +23,11 @@ def pytest_configure(config: pytest.Config) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1)
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """No process started by the suite outlives it: a leftover is stopped, named, and fails the run."""
+    """No process started by the suite outlives it: a leftover is stopped, named, and fails the run.
+    Last of the sessionfinish hooks: pytest's own (which tears down the session fixtures, and with
+    them the session's Redis and sims, when a run stops early) comes first."""
     leftover = child_pids(os.getpid())
     if not leftover:
         return
@@ -45,6 +48,21 @@ def _command_line(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
     except OSError:
         return "(exited)"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_redis() -> Iterator[str]:
+    """This session's own redis-server on a free loopback port (no persistence), stopped with the
+    session: no test uses a Redis on a fixed port, and concurrent sessions (pytest-xdist workers,
+    two checkouts) never share one. Its URL is in the environment (`tests.procs.shared_redis_url`)
+    for helpers called outside fixtures and for the processes the tests start."""
+    server = start_redis()
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv(REDIS_URL_ENV, server.url)
+            yield server.url
+    finally:
+        server.kill()
 
 
 @pytest.fixture(scope="session")

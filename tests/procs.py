@@ -7,9 +7,11 @@ import os
 import signal
 import socket
 import subprocess
+import sys
+import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -112,22 +114,38 @@ def running_gateway(
         process.stop()
 
 
+REDIS_URL_ENV = "AGW_TEST_REDIS_URL"
+
+
+def shared_redis_url() -> str:
+    """The URL of this test session's own redis-server (tests/conftest.py starts it on a free port
+    and puts it in the environment, so gateways and CLIs the tests start inherit it too)."""
+    url = os.environ.get(REDIS_URL_ENV)
+    if not url:
+        raise RuntimeError(
+            f"{REDIS_URL_ENV} is not set: the session's Redis is started by the autouse `session_redis` "
+            "fixture of tests/conftest.py, so only code that runs inside a test (or its fixtures) can use it"
+        )
+    return url
+
+
 def redis_store_config(prefix: str) -> dict[str, Any]:
-    # The shared Redis never goes down under these gateways: a read that outlives the shipped
+    # The session's Redis never goes down under these gateways: a read that outlives the shipped
     # 0.25 s timeout is the loaded machine, not an outage (outage tests set their own timeouts).
     return {
         "kind": "redis",
-        "url": "redis://127.0.0.1:6379/0",
+        "url": shared_redis_url(),
         "key_prefix": prefix,
         "socket_timeout_s": 3,
         "connect_timeout_s": 3,
     }
 
 
-def delete_redis_prefix(prefix: str) -> None:
+def delete_redis_prefix(prefix: str, url: str | None = None) -> None:
+    """Delete every key under `prefix` on `url` (by default the session's Redis)."""
     import redis
 
-    client = redis.Redis(host="127.0.0.1", port=6379, socket_timeout=5)
+    client = redis.Redis.from_url(url or shared_redis_url(), socket_timeout=5)
     try:
         keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
         if keys:
@@ -151,32 +169,67 @@ class RedisServer:
         self.process.wait(10)
 
 
-def start_redis() -> RedisServer:
-    """A redis-server of the test's own on a free port (the test may kill it)."""
+_PR_SET_PDEATHSIG = 1
+
+
+def _exit_with_parent_hook() -> Callable[[], None] | None:
+    """For Popen's preexec_fn (Linux, main thread only): the child asks the kernel for SIGKILL
+    when the thread that started it exits, so a test process killed outright (no teardown) leaves
+    no redis-server behind. prctl is looked up here, in the parent: the child only calls it."""
+    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
+        return None
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+    def hook() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+    return hook
+
+
+def start_redis(timeout_s: float = 10.0, attempts: int = 5) -> RedisServer:
+    """A redis-server of the caller's own on a free loopback port, without persistence (the test
+    may kill it). The port is free when chosen, but another process (another test session) may
+    take it before the server binds: the answering server must be ours (its pid), else retry."""
+    for _ in range(attempts):
+        server = _start_redis_once(timeout_s)
+        if server is not None:
+            return server
+    raise RuntimeError(f"redis-server did not start on a free port in {attempts} attempts")
+
+
+def _start_redis_once(timeout_s: float) -> RedisServer | None:
     import redis
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
+    command = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
     process = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_exit_with_parent_hook()
     )
     client = redis.Redis(host="127.0.0.1", port=port, socket_connect_timeout=0.2, socket_timeout=0.2)
+    deadline = time.monotonic() + timeout_s
     try:
-        for _ in range(200):  # a process start: bounded polling until it answers
+        while process.poll() is None and time.monotonic() < deadline:  # bounded polling until it answers
             try:
-                client.ping()
-                return RedisServer(process, port)
-            except redis.ConnectionError:
-                if process.poll() is not None:
-                    break
+                answering = int(client.info("server")["process_id"])
+            except (redis.ConnectionError, redis.TimeoutError):
                 time.sleep(0.05)
+                continue
+            if answering == process.pid:
+                return RedisServer(process, port)
+            break  # another session's server took the port first: ours cannot bind it
     finally:
         client.close()
-    process.kill()
-    raise RuntimeError(f"redis-server on port {port} did not start")
+    timed_out = process.poll() is None and time.monotonic() >= deadline
+    if process.poll() is None:
+        process.kill()
+    process.wait(10)
+    if timed_out:
+        raise RuntimeError(f"redis-server on port {port} did not answer within {timeout_s:g}s")
+    return None
 
 
 WEATHER_POLICY = """

@@ -1,5 +1,6 @@
 """A private, killable, persistent redis-server and the load and checks the Redis chaos scenarios
-share. Never the shared Redis on 6379: these servers are SIGKILLed and restarted on purpose."""
+share. Never the session's Redis (tests/conftest.py), which other tests share: these servers are
+SIGKILLed and restarted on purpose."""
 
 from __future__ import annotations
 

@@ -96,7 +96,7 @@ def rewrite(path: Path, change: Callable[[Records], Records]) -> None:
         db.commit()
         db.close()
         return
-    client = redis.Redis(host="127.0.0.1", port=6379)
+    client = redis.Redis.from_url(store.url)
     stream = f"{store.key_prefix}:{{audit}}:stream"
     entries = []
     for _, fields in client.xrange(stream) or []:  # typed Optional by redis-py; a missing stream reads []

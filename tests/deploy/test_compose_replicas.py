@@ -25,7 +25,7 @@ from common.processes import Announced
 from common.sse_reader import read_events
 from gateway.auth.stage import new_secret
 from tests.deploy.files import COMPOSE_GATEWAY_CONFIG, compose_services
-from tests.procs import Gateway, delete_redis_prefix, running_gateway, start_sim
+from tests.procs import Gateway, delete_redis_prefix, running_gateway, shared_redis_url, start_sim
 
 BODY: dict[str, Any] = {"model": "sim-model", "messages": [{"role": "user", "content": "shared?"}], "max_tokens": 4}
 STREAM: dict[str, Any] = {**BODY, "max_tokens": 12, "stream": True}
@@ -97,7 +97,8 @@ def urls_in(node: Any) -> list[str]:
 def compose_config_on_loopback(sims: dict[str, Announced], collector: CollectorStandIn, prefix: str) -> dict[str, Any]:
     """deploy/compose/gateway.yaml with the compose services' host names moved to 127.0.0.1."""
     services = compose_services()
-    hosts = {"redis:6379": "127.0.0.1:6379", "otel-collector:4318": collector.netloc}
+    # redis:6379 is the session's own Redis (a free port), as the collector and the sims are.
+    hosts = {"redis:6379": urlsplit(shared_redis_url()).netloc, "otel-collector:4318": collector.netloc}
     for name, sim in sims.items():
         command = services[name]["command"]
         hosts[f"{name}:{command[command.index('--port') + 1]}"] = urlsplit(sim.url).netloc
@@ -105,7 +106,7 @@ def compose_config_on_loopback(sims: dict[str, Announced], collector: CollectorS
     leftover = [url for url in urls_in(config) if urlsplit(url).hostname != "127.0.0.1"]
     assert not leftover, f"hosts the compose stack has but this test does not run: {leftover}"
     config["server"]["host"] = "127.0.0.1"  # the container's 0.0.0.0
-    config["store"]["key_prefix"] = prefix  # this test's own keys in the shared Redis
+    config["store"]["key_prefix"] = prefix  # this test's own keys in the session's Redis
     return dict(config)
 
 

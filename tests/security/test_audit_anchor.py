@@ -139,7 +139,7 @@ def truncate_with_head(path: Path, keep: int) -> None:
         db.commit()
         db.close()
         return
-    client = redis.Redis(host="127.0.0.1", port=6379)
+    client = redis.Redis.from_url(store.url)
     client.hset(f"{store.key_prefix}:{{audit}}:head", mapping={"seq": last["seq"], "hash": last["hash"]})
     client.close()
 

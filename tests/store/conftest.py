@@ -1,7 +1,8 @@
 """Stores under test: one contract, two implementations, both against the real thing.
 
 Each Redis test gets its own key prefix and deletes every key under it afterwards, so tests
-can run beside each other (and beside a gateway) on the shared Redis at 127.0.0.1:6379.
+can run beside each other (and beside a gateway) on the session's Redis (tests/conftest.py starts
+it on a free port; `shared_redis_url()`).
 """
 
 from __future__ import annotations
@@ -21,8 +22,7 @@ from gateway.store.base import Store
 from gateway.store.embedded import EmbeddedStore
 from gateway.store.redis_store import RedisStore
 from tests.cluster.redis_cluster import RedisCluster
-
-REDIS_URL = "redis://127.0.0.1:6379/0"
+from tests.procs import shared_redis_url
 
 
 class MovableClock:
@@ -57,7 +57,7 @@ class Backing:
 
 
 async def delete_prefix(prefix: str) -> None:
-    client = aioredis.Redis.from_url(REDIS_URL)
+    client = aioredis.Redis.from_url(shared_redis_url())
     try:
         async for name in client.scan_iter(match=keys.all_keys_pattern(prefix), count=500):
             await client.delete(name)
@@ -77,7 +77,7 @@ async def backing(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
         # the 500-admit bursts. Failing fast is test_redis_unavailable's business.
         cluster: RedisCluster | None = request.getfixturevalue("redis_cluster") if request.param == "cluster" else None
         redis_settings = RedisStoreSettings(
-            url=cluster.url if cluster else REDIS_URL,
+            url=cluster.url if cluster else shared_redis_url(),
             cluster=cluster is not None,
             key_prefix=prefix,
             socket_timeout_s=2.0,

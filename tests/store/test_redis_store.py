@@ -17,7 +17,8 @@ from gateway.settings import RedisStoreSettings
 from gateway.store import keys
 from gateway.store.base import WINDOW_S, AuditHead, Limits, QuotaScope
 from gateway.store.redis_store import RedisStore
-from tests.store.conftest import REDIS_URL, delete_prefix
+from tests.procs import shared_redis_url
+from tests.store.conftest import delete_prefix
 from tests.store.helpers import admit_request, chained, key_record, key_scope, tenant_scope
 
 
@@ -33,14 +34,16 @@ async def store(prefix: str) -> AsyncIterator[RedisStore]:
     # These tests are about what is stored, not about failing fast (test_redis_unavailable's
     # business): the shipped 0.25 s read timeout failed a script reload here twice in ~8 full
     # runs on the loaded 2-core machine (CI included), so the fixture gives reads room.
-    store = RedisStore(RedisStoreSettings(url=REDIS_URL, key_prefix=prefix, socket_timeout_s=5, connect_timeout_s=5))
+    store = RedisStore(
+        RedisStoreSettings(url=shared_redis_url(), key_prefix=prefix, socket_timeout_s=5, connect_timeout_s=5)
+    )
     yield store
     await store.aclose()
 
 
 @pytest.fixture
 async def client() -> AsyncIterator[aioredis.Redis]:
-    client = aioredis.Redis.from_url(REDIS_URL)
+    client = aioredis.Redis.from_url(shared_redis_url())
     yield client
     await client.aclose()
 

@@ -22,6 +22,7 @@ from gateway.store.approval_record import Decision
 from gateway.store.base import AuditHead, Reservation, SessionCheckpoint
 from gateway.store.redis_store import RedisStore
 from gateway.store.session_record import SessionState
+from tests.procs import shared_redis_url
 from tests.store.helpers import admit_request, approval_record, canary, chained, entry, key_record, key_scope, release
 
 Call = Callable[[RedisStore], Awaitable[object]]
@@ -220,7 +221,7 @@ async def test_a_burst_beyond_the_pool_is_queued_not_refused() -> None:
     store = RedisStore(
         # Reads get room (a loaded machine is not what this is about); the pool wait is the subject.
         RedisStoreSettings(
-            url="redis://127.0.0.1:6379/0", key_prefix="agw-test-burst", socket_timeout_s=5, connect_timeout_s=5
+            url=shared_redis_url(), key_prefix="agw-test-burst", socket_timeout_s=5, connect_timeout_s=5
         ),
         max_connections=1,
     )

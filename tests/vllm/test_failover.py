@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from gateway.store.keys import scope_keys
-from tests.procs import delete_redis_prefix, redis_store_config, running_gateway
+from tests.procs import delete_redis_prefix, redis_store_config, running_gateway, shared_redis_url
 from tests.vllm.client import (
     chat_body,
     direct_answer,
@@ -61,7 +61,7 @@ def request_audit(gateway: Any) -> dict[str, Any]:
 def settled_tokens(prefix: str, key_id: str, expected: int | None, timeout_s: float = 20) -> int:
     """The tokens the quota counted today for the key, once settled to `expected` (the settlement
     replaces the reservation in a task of its own, after the response ended): bounded wait."""
-    client = redis.Redis(host="127.0.0.1", port=6379, socket_timeout=5)
+    client = redis.Redis.from_url(shared_redis_url(), socket_timeout=5)
     daily = scope_keys(prefix, "acme", f"key:{key_id}").daily
     deadline = time.monotonic() + timeout_s
     try:
