@@ -32,6 +32,7 @@ from gateway.store.base import (
     Reservation,
     SessionCheckpoint,
 )
+from gateway.store.group_commit import GroupCommit
 from gateway.store.memory_quota import MemoryQuotas
 from gateway.store.release_record import Canary, HistoryEntry, Release
 from gateway.store.session_batch import check_events, check_open, check_ttl
@@ -57,6 +58,9 @@ class EmbeddedStore:
         # and a slow disk cannot use up the loop's default executor.
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embedded-store")
         self._closed = False
+        # Every new stream opens its session before its first upstream byte: concurrent opens
+        # share one transaction.
+        self._opens: GroupCommit[SessionCheckpoint, bool] = GroupCommit(self._open_sessions)
 
     async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
         if self._closed:
@@ -160,9 +164,12 @@ class EmbeddedStore:
 
     async def session_open(self, first: SessionCheckpoint) -> bool:
         check_open(first)
+        return await self._opens.submit(first)
+
+    async def _open_sessions(self, items: list[SessionCheckpoint]) -> list[bool]:
         now = self._clock()
         purge = self._purge_due(now)
-        return await self._run(lambda db: sessions.open_session(db, first, now, purge=purge))
+        return await self._run(lambda db: sessions.open_sessions(db, items, now, purge=purge))
 
     async def session_delete(self, tenant: str, session_id: str) -> bool:
         now = self._clock()

@@ -182,17 +182,20 @@ def checkpoint(db: sqlite3.Connection, items: list[SessionCheckpoint], now: floa
             _apply(db, item, now)
 
 
-def open_session(db: sqlite3.Connection, first: SessionCheckpoint, now: float, *, purge: bool) -> bool:
-    """Claim `first`'s lease, then write the rest of it only if claimed: one transaction, so a
-    new stream pays one commit before its first upstream byte, not two."""
-    assert first.renew_owner is not None, "opening a session claims it for an owner"
+def open_sessions(db: sqlite3.Connection, items: list[SessionCheckpoint], now: float, *, purge: bool) -> list[bool]:
+    """For each item in turn, claim its lease, then write the rest of it only if claimed; all in
+    one transaction (see group_commit.py). True for each item whose claim succeeded."""
+    opened = []
     with transaction(db, "BEGIN IMMEDIATE"):
-        if not claim(db, first.tenant, first.session_id, first.renew_owner, now, first.lease_ttl_s):
-            return False
         if purge:
             _purge_expired(db, now)
-        _apply(db, replace(first, renew_owner=None), now)
-    return True
+        for first in items:
+            assert first.renew_owner is not None, "opening a session claims it for an owner"
+            claimed = claim(db, first.tenant, first.session_id, first.renew_owner, now, first.lease_ttl_s)
+            if claimed:
+                _apply(db, replace(first, renew_owner=None), now)
+            opened.append(claimed)
+    return opened
 
 
 def _apply(db: sqlite3.Connection, item: SessionCheckpoint, now: float) -> None:

@@ -307,3 +307,19 @@ async def test_opening_a_session_without_an_owner_is_refused(store: Store) -> No
 
     with pytest.raises(ValueError, match="owner"):
         await store.session_open(SessionCheckpoint("acme", "s1", LONG_TTL, state=STATE, lease_ttl_s=LONG_TTL))
+
+
+async def test_racing_opens_grant_a_session_to_one_owner_and_open_every_other_session(store: Store) -> None:
+    from gateway.store.base import SessionCheckpoint
+
+    def first(session_id: str, owner: str) -> SessionCheckpoint:
+        return SessionCheckpoint(
+            "acme", session_id, LONG_TTL, state=STATE, renew_owner=owner, lease_ttl_s=LONG_TTL, replace_events=True
+        )
+
+    contested = [store.session_open(first("shared", f"replica-{n}")) for n in range(10)]
+    own = [store.session_open(first(f"own-{n}", "replica-a")) for n in range(10)]
+    results = await asyncio.gather(*contested, *own)
+    assert sum(results[:10]) == 1
+    assert all(results[10:])
+    assert all([await store.session_load("acme", f"own-{n}") == STATE for n in range(10)])
