@@ -51,6 +51,7 @@ def test_rollback_with_nothing_earlier_names_the_flag(tmp_path: Path) -> None:
         ("agw_short", "47 characters"),
         (new_secret() + "x", "47 characters"),
     ],
+    ids=["no-prefix", "too-short", "one-too-long"],  # fixed ids: a random secret must not name a test
 )
 def test_a_malformed_key_is_told_what_is_wrong(secret: str, expected: str) -> None:
     with pytest.raises(AuthenticationFailed) as caught:
