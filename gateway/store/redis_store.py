@@ -18,6 +18,7 @@ import orjson
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.maint_notifications import MaintNotificationsConfig
 
 from gateway.settings import RedisStoreSettings
 from gateway.store import keys
@@ -95,6 +96,10 @@ def _sorted_records(raw: dict[str, bytes | str | None], tenant: str | None) -> l
 
 def _single(settings: RedisStoreSettings, max_connections: int) -> Redis:
     # A blocking pool queues bursts (hundreds of concurrent admits) instead of failing them.
+    # Maintenance notifications off: while they are on ("auto", redis-py 8.1's default) the pool
+    # hands out a pooled connection without checking whether the server closed it, so after a
+    # Redis restart every idle connection fails the next call made on it. The calls are not
+    # retried (an admit or an append must not run twice), so that check is what recovers them.
     pool = BlockingConnectionPool.from_url(
         settings.url,
         max_connections=max_connections,
@@ -103,6 +108,7 @@ def _single(settings: RedisStoreSettings, max_connections: int) -> Redis:
         socket_connect_timeout=settings.connect_timeout_s,
         retry=Retry(NoBackoff(), 0),
         retry_on_timeout=False,
+        maint_notifications_config=MaintNotificationsConfig(enabled=False),
     )
     return Redis.from_pool(pool)
 

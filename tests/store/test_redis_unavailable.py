@@ -154,6 +154,30 @@ async def test_a_killed_server_fails_every_call_fast_and_recovers_when_back(tmp_
     await store.aclose()
 
 
+async def test_connections_idle_through_a_restart_are_replaced_not_failed(tmp_path: Path) -> None:
+    """A replica that sent nothing while Redis restarted still holds pooled connections to the
+    dead server. Each must be noticed as closed when it is taken from the pool and replaced; with
+    redis-py 8.1's default (maintenance notifications "auto") the pool skipped that check, so each
+    stale connection failed the next call on it: in the Redis-restart chaos drill, a recovered
+    replica's next quota admission went fail-open ("Connection closed by server")."""
+    port = free_port()
+    store = open_store(port, timeout_s=2.0)
+    calls = [store.admit(admit_request(*SCOPES, tokens=1)) for _ in range(8)]
+    with redis_server(port, tmp_path) as server:
+        await asyncio.gather(*calls)  # eight pooled connections, idle from here on
+        server.send_signal(signal.SIGKILL)
+        await asyncio.to_thread(server.wait, 10)
+        # Down for a moment with the replica idle (the outage is the scenario, not a wait for a
+        # condition): its event loop sees each connection closed by the dead server.
+        await asyncio.sleep(0.2)
+    with redis_server(port, tmp_path):
+        outcomes = await asyncio.gather(
+            *(store.admit(admit_request(*SCOPES, tokens=1)) for _ in range(8)), return_exceptions=True
+        )
+    assert not [o for o in outcomes if isinstance(o, BaseException)], outcomes
+    await store.aclose()
+
+
 async def test_calls_in_flight_when_the_server_dies_end_promptly(tmp_path: Path) -> None:
     port = free_port()
     store = open_store(port, timeout_s=2.0)
