@@ -41,7 +41,7 @@ from bench.support.harness import (
     run_benchmark,
 )
 from bench.support.harness import write_results as write_json
-from bench.support.overhead_report import markdown_ratios, markdown_table, missed, ratios, rows
+from bench.support.overhead_report import markdown_floor, markdown_ratios, markdown_table, missed, ratios, rows
 from bench.support.procs import Service, rss_bytes, running
 from bench.support.runner import Figures, Limits, PathUnderTest, Scenario, run_rounds
 from bench.support.services import (
@@ -54,6 +54,7 @@ from bench.support.services import (
     check_litellm,
     check_portkey,
     portkey_headers,
+    start_floor,
     start_gateway,
     start_keyed_gateway,
     start_litellm,
@@ -191,8 +192,10 @@ def measure(options: Options, peers: Peers) -> Outcome:
         gateway, gateway_key = start_keyed_gateway(
             stack, lambda admin_key: start_gateway(workdir, upstream.url, options.gateway_dir, admin_key)
         )
+        floor = stack.enter_context(running(start_floor(workdir, upstream.url)))
         paths = [
             PathUnderTest("direct", upstream.url, None),
+            PathUnderTest("floor", floor.url, floor),
             PathUnderTest("gateway", gateway.url, gateway, gateway_key),
         ]
         master_key = "sk-bench-" + secrets.token_hex(16)
@@ -219,6 +222,8 @@ def print_report(options: Options, outcome: Outcome, peers: Peers, took_s: float
     print(markdown_table(table))
     print("\nRSS at the end: " + ", ".join(f"{k} {mib(v)}" for k, v in outcome.rss_bytes.items()))
     print("\n" + markdown_ratios(ratios(table, scenarios(options))))
+    print("\nAbove the floor (the gateway's server and upstream client with nothing between them):\n")
+    print(markdown_floor(table, scenarios(options)))
     if outcome.litellm_reason:
         print(f"\nLiteLLM was not measured: {outcome.litellm_reason}")
     else:

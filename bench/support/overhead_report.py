@@ -171,3 +171,19 @@ def _cells(r: Row) -> list[str]:
 def markdown_ratios(items: Sequence[Ratio]) -> str:
     head = ["target", "value", "goal", "met"]
     return markdown(head, [[i.name, cell(i.value, 3), i.target, yes_no(i.met)] for i in items])
+
+
+def markdown_floor(table: Sequence[Row], scenarios: Sequence[Scenario]) -> str:
+    """The gateway against the floor (bench/support/floor_proxy.py: the same server and upstream
+    client with nothing between them): what the features cost, and whether a throughput target can
+    be met at all. At high concurrency the machine's cores are shared by the proxy, the load
+    generator and the upstream, so the floor's req/s is the most any proxy on this stack reaches."""
+    head = ["scenario", "floor CPU ms/req", "gateway CPU ms/req", "features ms/req", "floor req/s", "gateway req/s"]
+    cells = []
+    for scenario in scenarios:
+        floor, ours = _find(table, scenario, "floor"), _find(table, scenario, "gateway")
+        floor_cpu, our_cpu = _field(floor, "cpu_ms_per_req"), _field(ours, "cpu_ms_per_req")
+        features = our_cpu - floor_cpu if our_cpu is not None and floor_cpu is not None else None
+        row = [scenario.name, cell(floor_cpu, 3), cell(our_cpu, 3), cell(features, 3)]
+        cells.append([*row, cell(_field(floor, "rps"), 0), cell(_field(ours, "rps"), 0)])
+    return markdown(head, cells)

@@ -44,6 +44,12 @@ def start_upstream(workdir: Path, chunks: int) -> Service:
     return start_announcing("upstream", argv, workdir / "upstream.log", workdir, {}, timeout_s=15)
 
 
+def start_floor(workdir: Path, upstream_url: str) -> Service:
+    """bench/support/floor_proxy.py: the gateway's server and upstream client with nothing between."""
+    argv = [sys.executable, "-m", "bench.support.floor_proxy", "--upstream", f"{upstream_url}/v1", "--port", "0"]
+    return start_announcing("floor", argv, workdir / "floor.log", REPO_DIR, {}, timeout_s=15)
+
+
 def new_gateway_secret() -> str:
     # The gateway's key format: `agw_` + 256 random bits, base64url without padding.
     return "agw_" + base64.urlsafe_b64encode(secrets.token_bytes(32)).rstrip(b"=").decode()

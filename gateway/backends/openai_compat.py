@@ -22,6 +22,7 @@ import orjson
 
 from common.sse_reader import SseEvent, SseReader, SseTooLarge, is_done
 from gateway.backends.base import BackendRequest, Chunk
+from gateway.backends.coalesce import Coalescer
 from gateway.backends.http_transport import (
     ConnectFailed,
     ConnectionBroken,
@@ -81,12 +82,16 @@ class OpenAICompatBackend:
                 if upstream.status != 200:
                     raise await self._status_error(upstream)
                 sse = _SSEBody(upstream, deadline)
+                # A client that asked for one answer never sees chunk boundaries (coalesce.py).
+                coalescer = None if request.body.get("stream") else Coalescer(self._running_usage)
                 while not done and (events := await sse.read()) is not None:
+                    read: list[Chunk] = []
                     for data, _, _ in events:
                         if is_done(data):
                             done = True
                             break
-                        chunk = self._parse(data)
+                        read.append(self._parse(data))
+                    for chunk in read if coalescer is None else coalescer.join(read):
                         if chunk.carries_output:
                             deadline.got_output()
                         yield chunk

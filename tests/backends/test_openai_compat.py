@@ -38,7 +38,9 @@ from tests.backends.upstream import (
 
 
 async def collect(b: OpenAICompatBackend, body: dict[str, object] | None = None) -> list[Chunk]:
-    request = BackendRequest(body=body or {"model": "m", "messages": []})
+    """The chunks as a streaming client's request gets them (a non-streamed one's are joined: see
+    the coalescing tests at the end)."""
+    request = BackendRequest(body=body or {"model": "m", "messages": [], "stream": True})
     return [c async for c in b.stream(request)]
 
 

@@ -1,0 +1,81 @@
+"""A non-streamed answer's plain content chunks that arrived in one read are joined into one, its
+running count kept in upstream chunks; everything else goes as it came."""
+
+from __future__ import annotations
+
+from gateway.backends.base import BackendRequest, Chunk, ToolCallDelta, Usage
+from gateway.backends.coalesce import Coalescer
+from gateway.backends.openai_compat import OpenAICompatBackend
+from gateway.settings import Continuation
+from tests.backends.upstream import DEPLOYMENT, FakeUpstream, answer, chunk, http_chunked, sse
+
+
+def test_plain_content_of_one_read_becomes_one_chunk_counted_in_upstream_chunks() -> None:
+    read = [Chunk(role="assistant", content=""), Chunk(content="a"), Chunk(content="b"), Chunk(content="c")]
+    joined = Coalescer(upstream_counts=False).join(read)
+    assert [(c.role, c.content, c.tokens) for c in joined] == [("assistant", "", None), (None, "abc", 3)]
+
+
+def test_the_count_runs_on_across_reads_and_a_lone_chunk_is_kept_as_it_is() -> None:
+    coalescer = Coalescer(upstream_counts=False)
+    assert [(c.content, c.tokens) for c in coalescer.join([Chunk(content="a"), Chunk(content="b")])] == [("ab", 2)]
+    lone = Chunk(content="c")
+    assert coalescer.join([lone]) == [lone]
+    assert lone.tokens == 3
+
+
+def test_anything_but_plain_content_splits_the_run_and_is_never_merged() -> None:
+    finish = Chunk(finish_reason="stop")
+    tool = Chunk(tool_calls=[ToolCallDelta(index=0, id="call_1", name="f", arguments="{}")])
+    extra = Chunk(content="x", choice_extra={"logprobs": {"content": []}})
+    usage = Chunk(usage=Usage(prompt_tokens=3, completion_tokens=4, total_tokens=7))
+    read = [Chunk(content="a"), Chunk(content="b"), tool, Chunk(content="c"), extra, Chunk(content="d"), finish, usage]
+    joined = Coalescer(upstream_counts=False).join(read)
+    assert [c.content for c in joined] == ["ab", None, "c", "x", "d", None, None]
+    assert [joined[1], joined[3], joined[5], joined[6]] == [tool, extra, finish, usage]
+    assert [c.tokens for c in joined if c.content] == [2, 3, 4, 5]  # the same count, chunk by chunk
+
+
+def test_an_upstream_running_count_is_kept_and_chunks_without_one_are_left_alone() -> None:
+    read = [
+        Chunk(content="a", tokens=2),
+        Chunk(content="bc", tokens=5),
+        Chunk(content="d"),
+        Chunk(content="e", tokens=7),
+    ]
+    joined = Coalescer(upstream_counts=True).join(read)
+    assert [(c.content, c.tokens) for c in joined] == [("abc", 5), ("d", None), ("e", 7)]
+
+
+async def test_a_non_streamed_request_gets_one_read_as_few_chunks_and_a_streamed_one_chunk_by_chunk() -> None:
+    role = {"id": "x", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}
+    finish = {"id": "x", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+    body = sse(role, chunk("a"), chunk("b"), chunk("c"), finish)
+    async with FakeUpstream(answer(http_chunked(body))) as upstream:
+        backend = OpenAICompatBackend(DEPLOYMENT.model_copy(update={"api_base": upstream.url}))
+        one = [c async for c in backend.stream(BackendRequest({"model": "m", "messages": []}))]
+        streamed = [c async for c in backend.stream(BackendRequest({"model": "m", "messages": [], "stream": True}))]
+        await backend.aclose()
+    assert [(c.content, c.tokens, c.finish_reason) for c in one] == [
+        ("", None, None),
+        ("abc", 3, None),
+        (None, None, "stop"),
+    ]
+    assert [c.content for c in streamed] == ["", "a", "b", "c", None]
+    assert upstream.bodies[0]["stream"] is True  # the upstream streams either way
+
+
+async def test_vllm_running_usage_is_the_joined_chunks_count() -> None:
+    def counted(content: str, tokens: int) -> dict[str, object]:
+        return {
+            **chunk(content),
+            "usage": {"prompt_tokens": 1, "completion_tokens": tokens, "total_tokens": tokens + 1},
+        }
+
+    body = sse(counted("ab", 2), counted("c", 3), counted("de", 5))
+    deployment = DEPLOYMENT.model_copy(update={"continuation": Continuation.VLLM})
+    async with FakeUpstream(answer(http_chunked(body))) as upstream:
+        backend = OpenAICompatBackend(deployment.model_copy(update={"api_base": upstream.url}))
+        chunks = [c async for c in backend.stream(BackendRequest({"model": "m", "messages": []}))]
+        await backend.aclose()
+    assert [(c.content, c.tokens) for c in chunks] == [("abcde", 5)]
