@@ -145,7 +145,7 @@ class OpenAICompatBackend:
             raise UpstreamInBandError(f"error event: {_error_message(payload)}", deployment=self.name)
         try:
             chunk = chunk_from_openai(payload)
-        except (KeyError, TypeError, ValueError) as exc:
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:  # AttributeError: a list or str for an object
             raise UpstreamProtocolError(f"malformed chunk ({exc}): {data[:200]!r}", deployment=self.name) from None
         if self._running_usage and chunk.usage is not None and payload.get("choices"):
             # A running count, not usage to add up: only the final chunk (no choices) is that.

@@ -185,6 +185,11 @@ async def test_stream_cut_is_a_protocol_error_and_is_not_retried() -> None:
         (sse(chunk("a"), done=False), UpstreamProtocolError, "before \\[DONE\\]"),
         (sse(chunk("a"), b"{oops"), UpstreamProtocolError, "malformed"),
         (sse(chunk("a"), {"error": {"message": "GPU fell over"}}), UpstreamInBandError, "GPU fell over"),
+        # Wrong shapes where objects belong: a protocol error naming the chunk, never a bug's 500.
+        (sse({"choices": "x"}), UpstreamProtocolError, "malformed chunk"),
+        (sse({"choices": [1]}), UpstreamProtocolError, "malformed chunk"),
+        (sse({"choices": [{"index": 0, "delta": "text"}]}), UpstreamProtocolError, "malformed chunk"),
+        (sse({"choices": [], "usage": [3]}), UpstreamProtocolError, "malformed chunk"),
     ],
 )
 async def test_bad_streams_are_translated(body: bytes, error: type[Exception], match: str) -> None:
