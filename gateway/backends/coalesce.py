@@ -2,8 +2,8 @@
 
 A non-streamed answer is collected from the upstream's stream, so the client never sees where one
 chunk ends and the next begins; each chunk still costs its way through the router and every stage
-(about two thirds of a non-streamed request's per-chunk CPU, measured in process: 20 upstream chunks
-cost 0.17 ms more than one). Chunks that came in the same network read arrived together, so
+(most of the ~9 us a chunk cost, parsing being the rest; measured in process, a 20-chunk answer
+took 0.17 ms more CPU than a one-chunk answer). Chunks that came in the same network read arrived together, so
 joining them changes no timing the router acts on (first output, stall deadlines, TPOT).
 
 What the router counts in chunks stays counted in upstream chunks: a joined chunk carries the
@@ -52,7 +52,7 @@ class Coalescer:
             if not self._upstream_counts and chunk.content:
                 self._counted += 1
                 chunk.tokens = self._counted
-            if _plain(chunk) and (chunk.tokens is not None):
+            if _plain(chunk) and chunk.tokens is not None:
                 run.append(chunk)
                 continue
             if run:
