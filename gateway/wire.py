@@ -23,9 +23,10 @@ _USAGE_KNOWN = frozenset({"prompt_tokens", "completion_tokens", "total_tokens"})
 def chunk_from_openai(payload: dict[str, Any]) -> Chunk:
     """Normalize one upstream chunk. Raises AttributeError/KeyError/TypeError/ValueError on a malformed one."""
     # Every upstream chunk passes here (20 per answer in the benchmark): the fields the gateway
-    # does not interpret are looked for only when a key set says there are any.
-    extra = {k: payload[k] for k in payload.keys() - _CHUNK_KNOWN} if payload.keys() - _CHUNK_KNOWN else {}
-    chunk = Chunk(extra=extra)
+    # does not interpret are copied only when a key set difference says there are any (copied
+    # in the upstream's order: the set's own order would change from one process to the next).
+    unknown = payload.keys() - _CHUNK_KNOWN
+    chunk = Chunk(extra={k: v for k, v in payload.items() if k in unknown} if unknown else {})
     usage = payload.get("usage")
     if usage:
         chunk.usage = usage_from_openai(usage)
@@ -43,10 +44,10 @@ def chunk_from_openai(payload: dict[str, Any]) -> Chunk:
         tool_calls = delta.get("tool_calls")
         chunk.tool_calls = [_tool_call_delta(t) for t in tool_calls] if tool_calls else []
         chunk.finish_reason = choice.get("finish_reason")
-        if delta.keys() - _DELTA_KNOWN:
-            chunk.delta_extra = {k: v for k, v in delta.items() if k not in _DELTA_KNOWN}
-        if choice.keys() - _CHOICE_KNOWN:
-            chunk.choice_extra = {k: v for k, v in choice.items() if k not in _CHOICE_KNOWN and v is not None}
+        unknown = delta.keys() - _DELTA_KNOWN
+        chunk.delta_extra = {k: v for k, v in delta.items() if k in unknown} if unknown else {}
+        unknown = choice.keys() - _CHOICE_KNOWN
+        chunk.choice_extra = {k: v for k, v in choice.items() if k in unknown and v is not None} if unknown else {}
     return chunk
 
 

@@ -34,7 +34,7 @@ class Scenario:
 
 @dataclass(frozen=True)
 class PathUnderTest:
-    name: str  # direct, gateway, litellm or portkey
+    name: str  # direct, floor, gateway, litellm or portkey
     url: str  # base URL, without /v1
     proxy: Service | None  # the process between the client and the upstream; None for direct
     api_key: str = "sk-bench"  # the upstream takes any

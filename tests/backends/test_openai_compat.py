@@ -80,6 +80,18 @@ async def test_chunks_are_normalized_and_unknown_fields_kept() -> None:
     assert chunks[1].usage.total_tokens == 3
 
 
+async def test_unknown_fields_keep_the_upstreams_order() -> None:
+    # They reach the client as they came: the order of a set of their names would change from one
+    # process to the next (string hashing is salted per process).
+    names = [f"vendor_{n}" for n in "zqmaxbk"]
+    fields = {name: n for n, name in enumerate(names)}
+    raw = {"id": "x", **fields, "choices": [{"index": 0, "delta": {"content": "a", **fields}, **fields}]}
+    chunks, _ = await collect_from(http_chunked(sse(raw)))
+    assert list(chunks[0].extra) == names
+    assert list(chunks[0].delta_extra) == names
+    assert list(chunks[0].choice_extra) == names
+
+
 async def test_a_vllm_deployment_is_asked_for_running_usage_which_becomes_a_token_count() -> None:
     # vLLM merges tokens into one chunk when its reader lags: the running usage on each chunk is
     # the only exact count of what was sent (a continuation's max_tokens, a failed attempt's usage).
