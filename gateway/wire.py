@@ -145,9 +145,12 @@ class Completion:
             if delta.name:
                 call["function"]["name"] += delta.name
             call["function"]["arguments"] += delta.arguments
-        self._message_extra.update(chunk.delta_extra)
-        self._choice_extra.update(chunk.choice_extra)
-        self._extra.update(chunk.extra)
+        if chunk.delta_extra:
+            self._message_extra.update(chunk.delta_extra)
+        if chunk.choice_extra:
+            self._choice_extra.update(chunk.choice_extra)
+        if chunk.extra:
+            self._extra.update(chunk.extra)
         if chunk.finish_reason is not None:
             self.finish_reason = chunk.finish_reason
 

@@ -17,6 +17,8 @@ from common.graceful import GracefulServer
 from gateway.http.connection_guard import guarded_protocol
 from gateway.settings import ServerSettings
 
+YOUNG_COLLECTION_THRESHOLD = 10_000
+
 
 class _AnnouncingServer(GracefulServer):
     def __init__(self, config: uvicorn.Config, on_ready: Callable[[], None]) -> None:
@@ -32,6 +34,11 @@ class _AnnouncingServer(GracefulServer):
             # c=32), which was most of the p99. Startup's garbage is collected first, not frozen.
             gc.collect()
             gc.freeze()
+            # Requests allocate containers faster than they free them for a while: at the default
+            # young threshold (700) 2,976 non-streamed requests at c=32 ran 429 young and 38 middle
+            # collections, 0.07 ms of CPU a request (a tenth of it; gc.callbacks, in process). At
+            # 10,000 they ran one (2.5 ms). The older generations' thresholds are unchanged.
+            gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, *gc.get_threshold()[1:])
             self._on_ready()
 
 

@@ -12,7 +12,6 @@ import contextlib
 import functools
 import logging
 import re
-import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 
 from starlette.requests import Request
@@ -28,6 +27,7 @@ from gateway.errors import GatewayError
 from gateway.http.errors import gateway_error_body, gateway_error_response
 from gateway.http.requests import read_body
 from gateway.http.stream_events import StreamEvents
+from gateway.ids import RandomIds
 from gateway.pipeline import Handler, RequestContext
 from gateway.sessions.manager import SessionManager
 from gateway.settings import ServerSettings
@@ -41,9 +41,9 @@ _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
-def request_id_from(headers: Mapping[str, str]) -> str:
+def request_id_from(headers: Mapping[str, str], ids: RandomIds) -> str:
     given = headers.get("x-request-id")
-    return given if given is not None and _REQUEST_ID.match(given) else uuid.uuid4().hex
+    return given if given is not None and _REQUEST_ID.match(given) else ids.hex()
 
 
 class OpenAIApi:
@@ -60,6 +60,7 @@ class OpenAIApi:
         self._sessions = sessions
         self._tenancy = tenancy
         self._server = server
+        self._ids = RandomIds()
 
     def routes(self) -> list[BaseRoute]:
         return [
@@ -69,8 +70,8 @@ class OpenAIApi:
 
     async def chat_completions(self, request: Request) -> Response:
         ctx = RequestContext(
-            request_id=request_id_from(request.headers),
-            completion_id=f"chatcmpl-{uuid.uuid4().hex}",
+            request_id=request_id_from(request.headers, self._ids),
+            completion_id=f"chatcmpl-{self._ids.hex()}",
             client=request.client.host if request.client else "",
             headers=request.headers,
             read_body=functools.partial(read_body, request, self._server.max_body_bytes, self._server.body_timeout_s),

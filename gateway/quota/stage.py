@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import logging
 import time
-import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +22,7 @@ import orjson
 from gateway.auth.principal import Principal
 from gateway.backends.base import Chunk
 from gateway.errors import InsufficientQuota, RateLimited, StoreNotReached, StoreUnavailable
+from gateway.ids import RandomIds
 from gateway.pipeline import Handler, RequestContext
 from gateway.settings import FailMode, QuotaSettings
 from gateway.store.base import AdmitRequest, AdmitResult, Limits, QuotaScope, QuotaStore, Reservation, ScopeUsage
@@ -82,6 +82,7 @@ class Admit:
         self._settings = settings
         self._tenant_limits = {name: Limits(**lim.model_dump()) for name, lim in settings.tenants.items()}
         self._settling: set[asyncio.Task[None]] = set()
+        self._ids = RandomIds()
         self.fail_open_count = 0
         self.settle_retry_count = 0  # settlements that had to wait for the store
         self.unsettled_count = 0  # settlements given up (lease left to expire)
@@ -135,7 +136,7 @@ class Admit:
             yield
             return
         lease_ttl_s = self._settings.lease_ttl_s
-        request = AdmitRequest(principal.tenant, scopes, uuid.uuid4().hex, tokens=0, lease_ttl_s=lease_ttl_s)
+        request = AdmitRequest(principal.tenant, scopes, self._ids.hex(), tokens=0, lease_ttl_s=lease_ttl_s)
         try:
             result = await self._store.admit(request)
         except StoreUnavailable:
@@ -163,7 +164,7 @@ class Admit:
         request = AdmitRequest(
             tenant=ctx.principal.tenant,
             scopes=scopes,
-            lease_id=uuid.uuid4().hex,
+            lease_id=self._ids.hex(),
             tokens=tokens,
             lease_ttl_s=self._settings.lease_ttl_s,
         )

@@ -33,9 +33,10 @@ class SessionLog:
         self.next_seq = first_seq
         self.closed = False
         self.failure: GatewayError | None = None  # failed before the first event: an HTTP error
-        # Replaced on every change: a reader waits on the one it saw, so no wake-up is missed and
-        # appending never has to await a lock.
-        self._grew = asyncio.Event()
+        # Made by the first reader to wait, set and dropped by the next change: a reader waits on
+        # the one it saw, so no wake-up is missed, appending never awaits a lock, and a burst of
+        # appends with nobody waiting makes no event at all.
+        self._grew: asyncio.Event | None = None
 
     def append(self, payload: bytes) -> int:
         seq = self.next_seq
@@ -59,13 +60,20 @@ class SessionLog:
         self.close()
 
     def _notify(self) -> None:
-        grew, self._grew = self._grew, asyncio.Event()
-        grew.set()
+        grew, self._grew = self._grew, None
+        if grew is not None:
+            grew.set()
+
+    def _change(self) -> asyncio.Event:
+        """The event the next change sets."""
+        if self._grew is None:
+            self._grew = asyncio.Event()
+        return self._grew
 
     async def started(self) -> None:
         """Wait for the first event or the end."""
         while not (self.events or self.closed):
-            await self._grew.wait()
+            await self._change().wait()
 
     async def follow(self, after_seq: int, idle_s: float | None = None) -> AsyncGenerator[list[Event] | None, None]:
         """Every event with seq > after_seq, then the new ones as they come, until the log closes:
@@ -73,7 +81,7 @@ class SessionLog:
         for more). None after every `idle_s` without an event (time for a keep-alive)."""
         index = self._index_after(after_seq)
         while True:
-            grew = self._grew
+            grew = self._change()
             if index < len(self.events):
                 # A takeover regenerates events the reader may already have: skip them by seq.
                 batch = [event for event in self.events[index:] if event[0] > after_seq]

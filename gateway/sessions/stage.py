@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import re
-import secrets
 from collections.abc import AsyncGenerator, Mapping
 
 from gateway.backends.base import Chunk
 from gateway.errors import InvalidRequest, NotFound
+from gateway.ids import RandomIds
 from gateway.pipeline import Handler, RequestContext
 from gateway.sessions.live import may_open
 from gateway.sessions.manager import SessionManager
@@ -21,10 +21,10 @@ SHARE_HEADER = "x-session-share"  # "tenant": every key of the tenant may use it
 _VALID_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
-def session_id_from(headers: Mapping[str, str]) -> str:
+def session_id_from(headers: Mapping[str, str], ids: RandomIds) -> str:
     given = headers.get(SESSION_HEADER)
     if given is None:
-        return f"sess_{secrets.token_hex(12)}"
+        return f"sess_{ids.hex(12)}"
     if not _VALID_ID.match(given):
         raise InvalidRequest("X-Session-Id must be 1-128 characters of A-Z a-z 0-9 . _ : -", param="X-Session-Id")
     return given
@@ -47,9 +47,10 @@ class AssignSession:
     def __init__(self, settings: SessionSettings) -> None:
         self._tenants = frozenset(settings.transcript_tenants)
         self._keys = frozenset(settings.transcript_keys)
+        self._ids = RandomIds()
 
     async def __call__(self, ctx: RequestContext, call_next: Handler) -> AsyncGenerator[Chunk, None]:
-        ctx.session_id = session_id_from(ctx.headers)
+        ctx.session_id = session_id_from(ctx.headers, self._ids)
         ctx.session_shared = bool(_share_from(ctx.headers))
         principal = ctx.principal
         ctx.keep_transcript = (
