@@ -102,6 +102,18 @@ class ChunkRenderer:
         choice.update(chunk.choice_extra)
         return {**self._head, **chunk.extra, "choices": [choice]}
 
+    def render_all(self, chunk: Chunk) -> list[dict[str, Any]]:
+        """The client's chunk dicts: one for each upstream chunk a joined chunk holds (coalesce.py),
+        else the one `render` makes (none for a usage-only chunk)."""
+        if chunk.pieces and "".join(chunk.pieces) == chunk.content:  # else a stage rewrote the content
+            head = self._head
+            return [
+                {**head, "choices": [{"index": 0, "delta": {"content": p}, "logprobs": None, "finish_reason": None}]}
+                for p in chunk.pieces
+            ]
+        rendered = self.render(chunk)
+        return [] if rendered is None else [rendered]
+
     def render_usage(self, usage: Usage) -> dict[str, Any]:
         return {**self._head, "choices": [], "usage": usage.to_dict()}
 

@@ -62,6 +62,9 @@ class Chunk:
     # Completion tokens of this answer so far, when the upstream says so on every chunk (vLLM's
     # continuous usage stats); a chunk may carry several tokens, so counting chunks undercounts.
     tokens: int | None = None
+    # Plain content chunks that arrived in one read travel as one (coalesce.py): these are their
+    # contents, one streamed event each. Empty for a chunk as the upstream sent it.
+    pieces: tuple[str, ...] = ()
     delta_extra: dict[str, Any] = field(default_factory=dict)
     choice_extra: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)

@@ -82,8 +82,9 @@ class OpenAICompatBackend:
                 if upstream.status != 200:
                     raise await self._status_error(upstream)
                 sse = _SSEBody(upstream, deadline)
-                # A client that asked for one answer never sees chunk boundaries (coalesce.py).
-                coalescer = None if request.body.get("stream") else Coalescer(self._running_usage)
+                # A client that asked for one answer never sees chunk boundaries; a streaming client
+                # gets them back from the joined chunk's pieces (coalesce.py).
+                coalescer = Coalescer(self._running_usage)
                 while not done and (events := await sse.read()) is not None:
                     read: list[Chunk] = []
                     for data, _, _ in events:
@@ -91,7 +92,7 @@ class OpenAICompatBackend:
                             done = True
                             break
                         read.append(self._parse(data))
-                    for chunk in read if coalescer is None else coalescer.join(read):
+                    for chunk in coalescer.join(read):
                         if chunk.carries_output:
                             deadline.got_output()
                         yield chunk

@@ -36,8 +36,7 @@ class StreamEvents:
             async with contextlib.aclosing(chunks):
                 async for chunk in chunks:
                     self.answer.add(chunk)
-                    rendered = self._renderer.render(chunk)
-                    if rendered is not None:
+                    for rendered in self._renderer.render_all(chunk):
                         yield dumps(rendered)
             if self._ctx.include_usage:
                 yield dumps(self._renderer.render_usage(self._ctx.usage))

@@ -117,7 +117,7 @@ class Admit:
             async with contextlib.aclosing(call_next(ctx)) as chunks:
                 async for chunk in chunks:
                     if chunk.content or chunk.tool_calls:
-                        completion_tokens += 1
+                        completion_tokens += len(chunk.pieces) or 1  # a joined chunk counts as what it joined
                     yield chunk
         finally:
             if heartbeat is not None:

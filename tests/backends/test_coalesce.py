@@ -1,5 +1,6 @@
-"""A non-streamed answer's plain content chunks that arrived in one read are joined into one, its
-running count kept in upstream chunks; everything else goes as it came."""
+"""The plain content chunks that arrived in one read are joined into one, its running count kept in
+upstream chunks; for a streamed answer the joined chunk keeps each upstream chunk's content, and the
+client gets exactly the events it would have got chunk by chunk. Everything else goes as it came."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from gateway.backends.base import BackendRequest, Chunk, ToolCallDelta, Usage
 from gateway.backends.coalesce import Coalescer
 from gateway.backends.openai_compat import OpenAICompatBackend
 from gateway.settings import Continuation
+from gateway.wire import ChunkRenderer, dumps
 from tests.backends.upstream import DEPLOYMENT, FakeUpstream, answer, chunk, http_chunked, sse
 
 
@@ -14,6 +16,7 @@ def test_plain_content_of_one_read_becomes_one_chunk_counted_in_upstream_chunks(
     read = [Chunk(role="assistant", content=""), Chunk(content="a"), Chunk(content="b"), Chunk(content="c")]
     joined = Coalescer(upstream_counts=False).join(read)
     assert [(c.role, c.content, c.tokens) for c in joined] == [("assistant", "", None), (None, "abc", 3)]
+    assert [c.pieces for c in joined] == [(), ("a", "b", "c")]
 
 
 def test_the_count_runs_on_across_reads_and_a_lone_chunk_is_kept_as_it_is() -> None:
@@ -47,7 +50,7 @@ def test_an_upstream_running_count_is_kept_and_chunks_without_one_are_left_alone
     assert [(c.content, c.tokens) for c in joined] == [("abc", 5), ("d", None), ("e", 7)]
 
 
-async def test_a_non_streamed_request_gets_one_read_as_few_chunks_and_a_streamed_one_chunk_by_chunk() -> None:
+async def test_one_read_is_few_chunks_and_a_streamed_request_keeps_the_pieces() -> None:
     role = {"id": "x", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}
     finish = {"id": "x", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
     body = sse(role, chunk("a"), chunk("b"), chunk("c"), finish)
@@ -61,7 +64,12 @@ async def test_a_non_streamed_request_gets_one_read_as_few_chunks_and_a_streamed
         ("abc", 3, None),
         (None, None, "stop"),
     ]
-    assert [c.content for c in streamed] == ["", "a", "b", "c", None]
+    assert one[1].pieces == ("a", "b", "c")
+    assert [(c.content, c.pieces, c.tokens) for c in streamed] == [
+        ("", (), None),
+        ("abc", ("a", "b", "c"), 3),
+        (None, (), None),
+    ]
     assert upstream.bodies[0]["stream"] is True  # the upstream streams either way
 
 
@@ -79,3 +87,21 @@ async def test_vllm_running_usage_is_the_joined_chunks_count() -> None:
         chunks = [c async for c in backend.stream(BackendRequest({"model": "m", "messages": []}))]
         await backend.aclose()
     assert [(c.content, c.tokens) for c in chunks] == [("abcde", 5)]
+
+
+def test_a_joined_chunk_renders_as_the_events_of_the_chunks_it_joined() -> None:
+    renderer = ChunkRenderer("chatcmpl-1", 7, "model-a")
+    one_by_one = [Chunk(content="Hel"), Chunk(content="lo"), Chunk(content=" there")]
+    expected = [renderer.render(c) for c in one_by_one]
+    (joined,) = Coalescer(upstream_counts=False).join(
+        [Chunk(content="Hel"), Chunk(content="lo"), Chunk(content=" there")]
+    )
+    assert [dumps(d) for d in renderer.render_all(joined)] == [dumps(d) for d in expected if d is not None]
+
+
+def test_a_joined_chunk_whose_content_a_stage_rewrote_renders_as_one_event() -> None:
+    renderer = ChunkRenderer("chatcmpl-1", 7, "model-a")
+    (joined,) = Coalescer(upstream_counts=False).join([Chunk(content="a"), Chunk(content="b")])
+    joined.content = "ab\n(note)"
+    (event,) = renderer.render_all(joined)
+    assert event["choices"][0]["delta"] == {"content": "ab\n(note)"}

@@ -34,14 +34,15 @@ from tests.backends.upstream import (
     http_chunked,
     http_fixed,
     sse,
+    unjoined,
 )
 
 
 async def collect(b: OpenAICompatBackend, body: dict[str, object] | None = None) -> list[Chunk]:
-    """The chunks as a streaming client's request gets them (a non-streamed one's are joined: see
-    the coalescing tests at the end)."""
+    """The chunks as a streaming client gets them, one by one (a non-streamed request's are
+    joined; a streamed one's are joined too but keep their pieces: see test_coalesce.py)."""
     request = BackendRequest(body=body or {"model": "m", "messages": [], "stream": True})
-    return [c async for c in b.stream(request)]
+    return unjoined([c async for c in b.stream(request)])
 
 
 async def collect_from(

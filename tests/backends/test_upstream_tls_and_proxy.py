@@ -19,7 +19,7 @@ from cryptography.x509.oid import NameOID
 from gateway.backends.base import BackendRequest
 from gateway.backends.openai_compat import OpenAICompatBackend
 from gateway.errors import UpstreamConnectError
-from tests.backends.upstream import FakeUpstream, chunk, direct, http_chunked, http_fixed, sse
+from tests.backends.upstream import FakeUpstream, chunk, direct, http_chunked, http_fixed, sse, unjoined
 
 
 def _name(common_name: str) -> x509.Name:
@@ -72,7 +72,7 @@ async def answer_all(writer: asyncio.StreamWriter, n: int) -> None:
 
 async def collect(b: OpenAICompatBackend, stream: bool = True) -> list[str | None]:
     request = BackendRequest(body={"model": "m", "messages": [], "stream": stream})
-    return [c.content async for c in b.stream(request)]
+    return [c.content for c in unjoined([c async for c in b.stream(request)])]
 
 
 async def test_https_streams_answers_and_probes_with_a_ca_from_ssl_cert_file(

@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 
+from gateway.backends.base import Chunk
 from gateway.backends.openai_compat import OpenAICompatBackend
 from gateway.settings import DeploymentSettings
 
@@ -90,3 +91,9 @@ def direct(url: str, **timeouts: float) -> OpenAICompatBackend:
         update={"api_base": url, "timeouts": DEPLOYMENT.timeouts.model_copy(update=timeouts)}
     )
     return OpenAICompatBackend(deployment)
+
+
+def unjoined(chunks: list[Chunk]) -> list[Chunk]:
+    """The chunks one by one as a streaming client gets them: a joined chunk's pieces (coalesce.py)
+    become the plain content chunks they came from."""
+    return [one for c in chunks for one in ([Chunk(content=p) for p in c.pieces] if c.pieces else [c])]

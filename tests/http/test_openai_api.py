@@ -12,7 +12,9 @@ import pytest
 
 from common.sse_reader import read_events
 from gateway.backends.base import BackendRequest, Chunk
+from gateway.backends.openai_compat import OpenAICompatBackend
 from gateway.errors import InvalidRequest, UpstreamInBandError
+from tests.backends.upstream import DEPLOYMENT, FakeUpstream, answer, chunk, http_chunked, sse
 from tests.telemetry_app import traced_gateway
 
 
@@ -66,3 +68,21 @@ async def test_both_writers_end_a_failed_stream_with_the_same_in_band_error(tmp_
     assert set(failure) == {"error"}
     assert done == b"[DONE]"
     assert "a bug" not in str(failure)  # a bug's text stays in the log
+
+
+@pytest.mark.parametrize("sessions", [True, False], ids=["sessions", "no-sessions"])
+async def test_chunks_that_arrive_in_one_read_reach_the_client_one_event_each(tmp_path: Path, sessions: bool) -> None:
+    role = {"id": "u", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}
+    finish = {"id": "u", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+    words = ["Once", " upon", " a", " time"]
+    body = sse(role, *(chunk(word) for word in words), finish)  # one write: the backend reads it at once
+    async with FakeUpstream(answer(http_chunked(body))) as upstream:
+        backend = OpenAICompatBackend(DEPLOYMENT.model_copy(update={"name": "a", "api_base": upstream.url}))
+        async with traced_gateway(tmp_path, backend, tracing=False, sessions={"enabled": sessions}) as gateway:
+            reply = await gateway.chat(stream=True)
+    assert reply.status_code == 200, reply.text
+    events = [orjson.loads(data) for data, _, _ in read_events(reply.content) if data != b"[DONE]"]
+    deltas = [event["choices"][0]["delta"] for event in events]
+    assert deltas == [{"role": "assistant", "content": ""}, *({"content": word} for word in words), {}]
+    assert events[-1]["choices"][0]["finish_reason"] == "stop"
+    assert {event["id"] for event in events} == {events[0]["id"]} != {"u"}
