@@ -18,15 +18,43 @@ _DELTA_KNOWN = frozenset({"role", "content", "reasoning_content", "reasoning", "
 _CHOICE_KNOWN = frozenset({"index", "delta", "finish_reason", "message"})
 _CHUNK_KNOWN = frozenset({"id", "object", "created", "model", "choices", "usage"})
 _USAGE_KNOWN = frozenset({"prompt_tokens", "completion_tokens", "total_tokens"})
+# A chunk and its choice with these fields at most may be plain text (`plain_text`).
+_PLAIN_CHUNK = frozenset({"id", "object", "created", "model", "choices"})
+_PLAIN_CHOICE = frozenset({"index", "delta", "finish_reason", "logprobs"})
+
+
+def plain_text(payload: dict[str, Any]) -> str | None:
+    """The text of a chunk that carries nothing but text for choice 0, else None.
+
+    Most of an answer's chunks are such, and they need no `Chunk` of their own: the text of the
+    ones that arrive together travels as one (backends/coalesce.py). Anything else (usage, a role,
+    a finish, logprobs, a field the gateway does not interpret, a malformed shape) is None and
+    goes through `chunk_from_openai`. Counted under callgrind: ~7k instructions a chunk against ~23k.
+    """
+    if not _PLAIN_CHUNK.issuperset(payload):
+        return None
+    choices = payload.get("choices")
+    if type(choices) is not list or len(choices) != 1:
+        return None
+    choice = choices[0]
+    if type(choice) is not dict or not _PLAIN_CHOICE.issuperset(choice):
+        return None
+    if choice.get("index", 0) != 0 or choice.get("finish_reason") is not None or choice.get("logprobs") is not None:
+        return None
+    delta = choice.get("delta")
+    if type(delta) is not dict or len(delta) != 1:
+        return None
+    text = delta.get("content")
+    return text if type(text) is str and text else None
 
 
 def chunk_from_openai(payload: dict[str, Any]) -> Chunk:
     """Normalize one upstream chunk. Raises AttributeError/KeyError/TypeError/ValueError on a malformed one."""
-    # Every upstream chunk passes here (20 per answer in the benchmark): the fields the gateway
-    # does not interpret are copied only when a key set difference says there are any (copied
-    # in the upstream's order: the set's own order would change from one process to the next).
-    unknown = payload.keys() - _CHUNK_KNOWN
-    chunk = Chunk(extra={k: v for k, v in payload.items() if k in unknown} if unknown else {})
+    # Every chunk that is not plain text passes here (`plain_text` takes the rest). Fields the
+    # gateway does not interpret are copied only when `issuperset` (cheaper than a key set
+    # difference) says there are any, in the upstream's order (a set's order changes from one
+    # process to the next).
+    chunk = Chunk() if _CHUNK_KNOWN.issuperset(payload) else Chunk(extra=_unknown(payload, _CHUNK_KNOWN))
     usage = payload.get("usage")
     if usage:
         chunk.usage = usage_from_openai(usage)
@@ -44,11 +72,22 @@ def chunk_from_openai(payload: dict[str, Any]) -> Chunk:
         tool_calls = delta.get("tool_calls")
         chunk.tool_calls = [_tool_call_delta(t) for t in tool_calls] if tool_calls else []
         chunk.finish_reason = choice.get("finish_reason")
-        unknown = delta.keys() - _DELTA_KNOWN
-        chunk.delta_extra = {k: v for k, v in delta.items() if k in unknown} if unknown else {}
-        unknown = choice.keys() - _CHOICE_KNOWN
-        chunk.choice_extra = {k: v for k, v in choice.items() if k in unknown and v is not None} if unknown else {}
+        for text in (chunk.role, chunk.content, chunk.reasoning, chunk.finish_reason):
+            if text is not None and not isinstance(text, str):
+                # Joined, rendered and hashed as text further on: a bug's TypeError there otherwise.
+                raise TypeError("a delta's role, content or reasoning, or the finish_reason, is not a string")
+        chunk.delta_extra = {} if _DELTA_KNOWN.issuperset(delta) else _unknown(delta, _DELTA_KNOWN)
+        chunk.choice_extra = (
+            {}
+            if _CHOICE_KNOWN.issuperset(choice)
+            else {k: v for k, v in _unknown(choice, _CHOICE_KNOWN).items() if v is not None}
+        )
     return chunk
+
+
+def _unknown(fields: dict[str, Any], known: frozenset[str]) -> dict[str, Any]:
+    """The fields not in `known`, in their order."""
+    return {k: v for k, v in fields.items() if k not in known}
 
 
 def usage_from_openai(usage: dict[str, Any]) -> Usage:

@@ -21,6 +21,8 @@ came, so nothing it carries is merged by guesswork.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from gateway.backends.base import Chunk
 
 
@@ -50,28 +52,40 @@ class Coalescer:
         self._upstream_counts = upstream_counts
         self._counted = 0
 
-    def join(self, chunks: list[Chunk]) -> list[Chunk]:
-        """The chunks of one read, consecutive plain content joined (their order kept)."""
+    def join(self, read: Sequence[Chunk | str]) -> list[Chunk]:
+        """The chunks of one read, consecutive plain content joined (their order kept). A str is a
+        chunk of plain text that was never made a Chunk (`wire.plain_text`)."""
         joined: list[Chunk] = []
-        run: list[Chunk] = []
-        for chunk in chunks:
-            if not self._upstream_counts and chunk.content:
+        texts: list[str] = []
+        tokens: int | None = None
+        for item in read:
+            if isinstance(item, str):
+                if self._upstream_counts:  # no running count on it: it cannot join a counted run
+                    _flush(joined, texts, tokens)
+                    joined.append(Chunk(content=item))
+                    continue
                 self._counted += 1
-                chunk.tokens = self._counted
-            if _plain(chunk) and chunk.tokens is not None:
-                run.append(chunk)
+                texts.append(item)
+                tokens = self._counted
                 continue
-            if run:
-                joined.append(_joined(run))
-                run = []
-            joined.append(chunk)
-        if run:
-            joined.append(_joined(run))
+            if not self._upstream_counts and item.content:
+                self._counted += 1
+                item.tokens = self._counted
+            if item.tokens is not None and _plain(item):
+                texts.append(item.content or "")
+                tokens = item.tokens
+                continue
+            _flush(joined, texts, tokens)
+            joined.append(item)
+        _flush(joined, texts, tokens)
         return joined
 
 
-def _joined(run: list[Chunk]) -> Chunk:
-    if len(run) == 1:
-        return run[0]
-    pieces = tuple(chunk.content or "" for chunk in run)
-    return Chunk(content="".join(pieces), tokens=run[-1].tokens, pieces=pieces)
+def _flush(joined: list[Chunk], texts: list[str], tokens: int | None) -> None:
+    """Append the run of plain texts as one chunk (each text a piece), and empty the run."""
+    if len(texts) == 1:
+        joined.append(Chunk(content=texts[0], tokens=tokens))
+    elif texts:
+        pieces = tuple(texts)
+        joined.append(Chunk(content="".join(pieces), tokens=tokens, pieces=pieces))
+    texts.clear()

@@ -41,7 +41,7 @@ from gateway.errors import (
     UpstreamTimeout,
 )
 from gateway.settings import Continuation, DeploymentSettings
-from gateway.wire import chunk_from_openai
+from gateway.wire import chunk_from_openai, plain_text
 
 _MAX_ERROR_BODY = 16 * 1024
 # A timer may fire a hair before its time (uvloop counts in milliseconds): that is on time.
@@ -86,7 +86,7 @@ class OpenAICompatBackend:
                 # gets them back from the joined chunk's pieces (coalesce.py).
                 coalescer = Coalescer(self._running_usage)
                 while not done and (events := await sse.read()) is not None:
-                    read: list[Chunk] = []
+                    read: list[Chunk | str] = []
                     for data, _, _ in events:
                         if is_done(data):
                             done = True
@@ -135,13 +135,17 @@ class OpenAICompatBackend:
             return UpstreamProtocolError(f"stream cut: {exc!r}", deployment=self.name)
         return None
 
-    def _parse(self, data: bytes) -> Chunk:
+    def _parse(self, data: bytes) -> Chunk | str:
+        """The chunk in one event; most are plain text, returned as the str (coalesce.py)."""
         try:
             payload = orjson.loads(data)
         except orjson.JSONDecodeError:
             raise UpstreamProtocolError(f"malformed chunk: {data[:200]!r}", deployment=self.name) from None
         if not isinstance(payload, dict):
             raise UpstreamProtocolError(f"malformed chunk: {data[:200]!r}", deployment=self.name)
+        text = plain_text(payload)
+        if text is not None:
+            return text
         if "error" in payload:
             raise UpstreamInBandError(f"error event: {_error_message(payload)}", deployment=self.name)
         try:

@@ -105,3 +105,22 @@ def test_a_joined_chunk_whose_content_a_stage_rewrote_renders_as_one_event() -> 
     joined.content = "ab\n(note)"
     (event,) = renderer.render_all(joined)
     assert event["choices"][0]["delta"] == {"content": "ab\n(note)"}
+
+
+def test_plain_text_never_made_a_chunk_joins_like_a_plain_chunk() -> None:
+    coalescer = Coalescer(upstream_counts=False)
+    joined = coalescer.join(
+        [Chunk(role="assistant", content=""), "a", Chunk(content="b"), "c", Chunk(finish_reason="stop")]
+    )
+    assert [(c.role, c.content, c.pieces, c.tokens, c.finish_reason) for c in joined] == [
+        ("assistant", "", (), None, None),
+        (None, "abc", ("a", "b", "c"), 3, None),
+        (None, None, (), None, "stop"),
+    ]
+    (lone,) = coalescer.join(["d"])
+    assert (lone.content, lone.pieces, lone.tokens) == ("d", (), 4)
+
+
+def test_plain_text_from_an_upstream_that_counts_has_no_count_to_join_on() -> None:
+    joined = Coalescer(upstream_counts=True).join([Chunk(content="a", tokens=1), Chunk(content="b", tokens=2), "c"])
+    assert [(c.content, c.tokens) for c in joined] == [("ab", 2), ("c", None)]

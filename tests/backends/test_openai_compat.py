@@ -202,6 +202,9 @@ async def test_stream_cut_is_a_protocol_error_and_is_not_retried() -> None:
         (sse({"choices": "x"}), UpstreamProtocolError, "malformed chunk"),
         (sse({"choices": [1]}), UpstreamProtocolError, "malformed chunk"),
         (sse({"choices": [{"index": 0, "delta": "text"}]}), UpstreamProtocolError, "malformed chunk"),
+        (sse({"choices": [{"index": 0, "delta": {"content": 7}}]}), UpstreamProtocolError, "malformed chunk"),
+        (sse({"choices": [{"index": 0, "delta": {"role": [1], "content": "a"}}]}), UpstreamProtocolError, "malformed"),
+        (sse({"choices": [{"index": 0, "delta": {}, "finish_reason": 1}]}), UpstreamProtocolError, "malformed chunk"),
         (sse({"choices": [], "usage": [3]}), UpstreamProtocolError, "malformed chunk"),
     ],
 )
