@@ -69,13 +69,7 @@ class TraceRequests:
 
     def _finish(self, ctx: RequestContext, trace: RequestTrace, status: int, error: GatewayError | None) -> None:
         model = ctx.model if ctx.model in self._models else ""  # a label per made-up model name would never end
-        deployment = ctx.route.deployment or ""
-        counted: Attributes = {
-            "gen_ai.request.model": model,
-            "gateway.deployment": deployment,
-            "http.response.status_code": status,
-        }
-        self._telemetry.instruments.requests.add(1, counted)
+        self._telemetry.requests.add(model, ctx.route.deployment or "", status)
         span = trace.span
         if span.is_recording():
             span.set_attributes(self._span_attributes(ctx, trace, status, error))
