@@ -77,6 +77,7 @@ class RequestContext:
     session_owner: str | None = None  # the key id owning the session (None: this request's key)
     session_shared: bool = False  # the session is open to every key of its tenant
     keep_transcript: bool = False  # opted in (X-Session-Id, or config): the prompts and answers are stored
+    session_new: bool = False  # the id was made here (no X-Session-Id): no store holds it yet
 
     # Admit (quota/stage.py).
     estimated_prompt_tokens: int = 0

@@ -69,7 +69,7 @@ class Producer:
         assert ctx.principal is not None
         live = LiveSession(ctx.principal.tenant, ctx.session_id or "", SessionLog(), state_of(ctx, self._replica_id))
         try:
-            if not await self._open(live):
+            if not await self._open(live, new=ctx.session_new):
                 raise Conflict(
                     f"session '{live.session_id}' is streaming an answer on another replica; "
                     f"follow it with GET /v1/sessions/{live.session_id}/stream",
@@ -83,8 +83,9 @@ class Producer:
         self._live.by_key[(live.tenant, live.session_id)] = live
         return live
 
-    async def _open(self, live: LiveSession) -> bool:
-        """Claim the lease and save the state (and drop the previous answer's events) at once."""
+    async def _open(self, live: LiveSession, new: bool) -> bool:
+        """Claim the lease and save the state (and drop the previous answer's events) at once.
+        `new`: the gateway made the session's id for this request (see SessionCheckpoint.new)."""
         first = SessionCheckpoint(
             live.tenant,
             live.session_id,
@@ -93,6 +94,7 @@ class Producer:
             renew_owner=self._replica_id,
             lease_ttl_s=self._settings.lease_ttl_s,
             replace_events=True,
+            new=new,
         )
         # A client that read [DONE] may ask for its next answer before the owner's last checkpoint
         # has let the lease go: wait that long (a few checkpoint intervals) before saying busy.

@@ -51,6 +51,7 @@ class AssignSession:
 
     async def __call__(self, ctx: RequestContext, call_next: Handler) -> AsyncGenerator[Chunk, None]:
         ctx.session_id = session_id_from(ctx.headers, self._ids)
+        ctx.session_new = SESSION_HEADER not in ctx.headers
         ctx.session_shared = bool(_share_from(ctx.headers))
         principal = ctx.principal
         ctx.keep_transcript = (

@@ -85,6 +85,9 @@ class SessionCheckpoint:
     lease_ttl_s: float = 0.0
     release_owner: str | None = None  # drop the lease if this owner holds it
     replace_events: bool = False  # a new response: drop the previous response's events first
+    # The gateway made the id a moment ago: no row can hold it yet, so a store may open it with
+    # one insert (embedded: one statement, not five). A store that cannot tell still opens it.
+    new: bool = False
 
 
 class KeyStore(Protocol):

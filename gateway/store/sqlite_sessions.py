@@ -76,6 +76,13 @@ ON CONFLICT (tenant, id) DO UPDATE SET lease_owner = excluded.lease_owner, lease
 WHERE sessions.lease_owner IS NULL OR sessions.lease_expires <= :now OR sessions.lease_owner = excluded.lease_owner
 """
 
+# The lease never outlives the session (as `_TOUCH` cuts it).
+_INSERT_NEW = """
+INSERT INTO sessions (tenant, id, state, expires_at, lease_owner, lease_expires)
+VALUES (?1, ?2, ?3, ?4, ?5, MIN(?6, ?4))
+ON CONFLICT (tenant, id) DO NOTHING
+"""
+
 # Every block holding an event after the given seq holds at least one: `limit` blocks suffice.
 _EVENT_BLOCKS = """
 SELECT b.events FROM session_event_blocks b JOIN sessions s ON s.tenant = b.tenant AND s.id = b.id
@@ -191,11 +198,23 @@ def open_sessions(db: sqlite3.Connection, items: list[SessionCheckpoint], now: f
             _purge_expired(db, now)
         for first in items:
             assert first.renew_owner is not None, "opening a session claims it for an owner"
+            if first.new and first.state is not None and not first.events and _insert_new(db, first, now):
+                opened.append(True)
+                continue
             claimed = claim(db, first.tenant, first.session_id, first.renew_owner, now, first.lease_ttl_s)
             if claimed:
                 _apply(db, replace(first, renew_owner=None), now)
             opened.append(claimed)
     return opened
+
+
+def _insert_new(db: sqlite3.Connection, first: SessionCheckpoint, now: float) -> bool:
+    """A session whose id the gateway just made, opened with its state: one row, inserted.
+    False if a row is there after all (then the caller claims it the ordinary way)."""
+    state = first.state.to_json() if first.state is not None else None
+    lease_expires = now + first.lease_ttl_s
+    params = (first.tenant, first.session_id, state, now + first.ttl_s, first.renew_owner, lease_expires)
+    return db.execute(_INSERT_NEW, params).rowcount > 0
 
 
 def _apply(db: sqlite3.Connection, item: SessionCheckpoint, now: float) -> None:

@@ -302,6 +302,43 @@ async def test_opening_a_session_another_owner_streams_writes_nothing(store: Sto
     assert await store.session_events("acme", "s1", 0, 10) == events(1, 2)
 
 
+async def test_a_session_opened_as_new_is_owned_saved_and_continued_like_any_other(store: Store) -> None:
+    from gateway.store.base import SessionCheckpoint
+
+    first = SessionCheckpoint(
+        "acme", "sess_new", LONG_TTL, state=STATE, renew_owner="replica-a", lease_ttl_s=LONG_TTL, new=True
+    )
+    assert await store.session_open(first)
+    assert await store.session_load("acme", "sess_new") == STATE
+    assert await store.session_events("acme", "sess_new", 0, 10) == []
+    assert not await store.session_claim("acme", "sess_new", "replica-b", LONG_TTL), "the lease is replica-a's"
+    await store.session_checkpoint(
+        [SessionCheckpoint("acme", "sess_new", LONG_TTL, state=DONE, events=events(1, 2), release_owner="replica-a")]
+    )
+    assert await store.session_load("acme", "sess_new") == DONE
+    assert [seq for seq, _ in await store.session_events("acme", "sess_new", 0, 10)] == [1, 2]
+    assert await store.session_claim("acme", "sess_new", "replica-b", LONG_TTL), "released by the last checkpoint"
+
+
+async def test_new_is_only_a_hint_a_session_that_exists_is_opened_or_refused_as_ever(store: Store) -> None:
+    from gateway.store.base import SessionCheckpoint
+
+    await store.session_save("acme", "s1", DONE, LONG_TTL)
+    await store.session_append("acme", "s1", events(1, 2), LONG_TTL)
+    assert await store.session_claim("acme", "s1", "replica-a", LONG_TTL)
+
+    def opening(owner: str) -> SessionCheckpoint:
+        return SessionCheckpoint(
+            "acme", "s1", LONG_TTL, state=STATE, renew_owner=owner, lease_ttl_s=LONG_TTL, replace_events=True, new=True
+        )
+
+    assert not await store.session_open(opening("replica-b")), "replica-a streams it"
+    assert await store.session_load("acme", "s1") == DONE
+    assert await store.session_open(opening("replica-a"))
+    assert await store.session_load("acme", "s1") == STATE
+    assert await store.session_events("acme", "s1", 0, 10) == [], "the last answer's events dropped as ever"
+
+
 async def test_opening_a_session_without_an_owner_is_refused(store: Store) -> None:
     from gateway.store.base import SessionCheckpoint
 
