@@ -29,6 +29,7 @@ WRITERS: dict[str, set[str]] = {
     "session_owner": {"sessions/stage.py"},
     "session_shared": {"sessions/stage.py"},
     "keep_transcript": {"sessions/stage.py"},
+    "session_new": {"sessions/stage.py"},
     "estimated_prompt_tokens": {"quota/stage.py"},
     "quota_note": {"quota/stage.py"},
     "quota_hold": {"quota/stage.py"},
