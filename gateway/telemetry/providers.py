@@ -168,6 +168,7 @@ class Telemetry:
         # none and returns the parent's context, so a client's traceparent still reaches the
         # upstream unchanged: the gateway is then invisible in the trace instead of a hole in it.
         self.tracer: Tracer = self.tracer_provider.get_tracer("gateway") if processors else NoOpTracer()
+        self.records_spans = bool(processors)
         # Exemplars are not exported to Prometheus text and cost a context lookup per measurement.
         self.meter_provider = MeterProvider(
             metric_readers=readers,

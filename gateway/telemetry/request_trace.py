@@ -51,9 +51,18 @@ class RequestTrace:
         self.context = Context() if telemetry is None else trace.set_span_in_context(span)
         self.finish_reason: str | None = None
 
+    @property
+    def traced(self) -> bool:
+        """A span of ours, or a client's trace carried through: something to put on attempts."""
+        return self.span.get_span_context().is_valid
+
     @classmethod
     def start(cls, telemetry: Telemetry, name: str, headers: Mapping[str, str]) -> RequestTrace:
         """A SERVER span that continues the client's W3C trace context (`traceparent`, `tracestate`)."""
+        if not telemetry.records_spans and "traceparent" not in headers:
+            # No span to make and no trace to continue: skip the no-op work (2% of a request's
+            # instructions, spans and propagation together); metrics are recorded all the same.
+            return cls(telemetry)
         parent = telemetry.propagator.extract(headers)
         span = telemetry.tracer.start_span(name, context=parent, kind=SpanKind.SERVER, attributes=_SERVER_ATTRIBUTES)
         return cls(telemetry, span)
@@ -61,7 +70,7 @@ class RequestTrace:
     def attempt(
         self, model: str, deployment: Deployment, attempt: Attempt, number: int, body: Mapping[str, Any]
     ) -> AttemptTrace:
-        return AttemptTrace(self._telemetry, self.context, model, deployment, attempt, number, body)
+        return AttemptTrace(self._telemetry, self.context, model, deployment, attempt, number, body, self.traced)
 
     def retry(self, deployment: str, reason: str, number: int) -> None:
         """Another attempt, before any output: `reason` is why the previous one failed."""
@@ -143,7 +152,10 @@ class AttemptTrace:
         attempt: Attempt,
         number: int,
         body: Mapping[str, Any],
+        traced: bool = True,
     ) -> None:
+        """`traced`: the request has a trace (see `RequestTrace.traced`); without one the attempt
+        makes no span and sends no trace headers, and still records its metrics."""
         self.headers: dict[str, str] = {}
         self.model = deployment.settings.model
         self._telemetry = telemetry
@@ -153,6 +165,8 @@ class AttemptTrace:
         if telemetry is None:
             return
         span_attributes, self._metric_attributes = telemetry.deployment_attributes(model, deployment.settings)
+        if not traced:
+            return
         self._span = telemetry.tracer.start_span(
             f"chat {self.model}", context=parent, kind=SpanKind.CLIENT, attributes=span_attributes
         )

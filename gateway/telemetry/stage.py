@@ -39,7 +39,7 @@ class TraceRequests:
             async with contextlib.aclosing(call_next(ctx)) as chunks:
                 # With no trace at all (no exporter, no traceparent) there is nothing to make
                 # current: two context switches a chunk fewer.
-                traced = trace.span.get_span_context().is_valid
+                traced = trace.traced
                 while True:
                     if not traced:
                         chunk = await anext(chunks, None)

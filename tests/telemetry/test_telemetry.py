@@ -204,6 +204,8 @@ async def test_without_a_span_exporter_no_spans_are_built_and_the_clients_contex
         assert a.requests[0].headers["traceparent"] == traceparent
         assert "traceparent" not in a.requests[1].headers
         assert gateway.value("gateway.requests", **{"http.response.status_code": 200}) == 2
+        (ttft,) = gateway.points("gateway.upstream.time_to_first_token")
+        assert ttft.count == 2, "a request without a trace records its attempt's latency all the same"
 
 
 async def test_a_breaker_that_opens_is_an_event_and_a_gauge(tmp_path: Path) -> None:
