@@ -9,8 +9,9 @@ the process-wide default one), OTLP/HTTP when `telemetry.otlp_endpoint` is set, 
 readers a test injects. Spans go to OTLP when configured and to injected processors; with nowhere
 to send them none are built (see `Telemetry.tracer`).
 
-Per request the hot path pays for two spans, two histogram records (TTFT and TPOT, per attempt),
-one dict increment (`RequestCounts`) and one context propagation; nothing is recorded per chunk.
+Per request the hot path pays for two histogram records (TTFT and TPOT, per attempt) and one dict
+increment (`RequestCounts`); with an exporter, or a client's trace to continue, also two spans and
+one context propagation. Nothing is recorded per chunk.
 """
 
 from __future__ import annotations
