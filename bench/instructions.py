@@ -33,9 +33,9 @@ import time
 from pathlib import Path
 
 from bench.support.loadgen import Pool
-from bench.support.procs import Service, running, start_announcing
+from bench.support.procs import Service, running
 from bench.support.runner import PathUnderTest, Scenario, make_spec
-from bench.support.services import REPO_DIR, gateway_config, issue_gateway_key, new_gateway_secret, start_upstream
+from bench.support.services import REPO_DIR, gateway_config, serve_gateway, start_keyed_gateway, start_upstream
 
 # Startup under valgrind runs the interpreter ~5x slower even uninstrumented (imports, config).
 _START_TIMEOUT_S = 240.0
@@ -43,24 +43,23 @@ _CONTROL_TIMEOUT_S = 60.0
 
 
 def _start_counted_gateway(workdir: Path, upstream_url: str, source_dir: Path, admin_key: str, tag: str) -> Service:
-    config = workdir / f"gateway-{tag}.yaml"
-    config.write_text(gateway_config(upstream_url, workdir / f"data-{tag}"))
-    argv = [
+    config = gateway_config(upstream_url, workdir / f"data-{tag}")
+    callgrind = (
         "valgrind",
         "--tool=callgrind",
         "--instr-atstart=no",
         f"--callgrind-out-file={workdir}/callgrind-{tag}.%p",
-        sys.executable,
-        "-m",
-        "gateway",
-        "serve",
-        "--config",
-        str(config),
-        "--port",
-        "0",
-    ]
-    env = {"GATEWAY_ADMIN_KEY": admin_key}
-    return start_announcing(f"gateway-{tag}", argv, workdir / f"gateway-{tag}.log", source_dir, env, _START_TIMEOUT_S)
+    )
+    return serve_gateway(
+        workdir,
+        config,
+        admin_key,
+        name=f"gateway-{tag}",
+        stem=f"gateway-{tag}",
+        source_dir=source_dir,
+        wrapper=callgrind,
+        timeout_s=_START_TIMEOUT_S,
+    )
 
 
 def _control(pid: int, *args: str) -> None:
@@ -88,15 +87,12 @@ async def _load(target: PathUnderTest, scenario: Scenario, chunks: int, requests
 
 
 def _measure(
-    workdir: Path, upstream_url: str, source_dir: Path, scenario: Scenario, options: argparse.Namespace
+    workdir: Path, upstream_url: str, source_dir: Path, tag: str, scenario: Scenario, options: argparse.Namespace
 ) -> float:
-    tag = f"{len(list(workdir.glob('gateway-*.yaml')))}"
     with contextlib.ExitStack() as stack:
-        admin_key = new_gateway_secret()
-        gateway = stack.enter_context(
-            running(_start_counted_gateway(workdir, upstream_url, source_dir, admin_key, tag))
+        gateway, key = start_keyed_gateway(
+            stack, lambda admin_key: _start_counted_gateway(workdir, upstream_url, source_dir, admin_key, tag)
         )
-        key = issue_gateway_key(gateway.url, admin_key)
         target = PathUnderTest("gateway", gateway.url, gateway, key)
         pid = gateway.process.pid
         asyncio.run(_load(target, scenario, options.chunks, options.warmup))
@@ -139,7 +135,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="agw-instructions-") as scratch:
         workdir = Path(scratch)
         with running(start_upstream(workdir, options.chunks)) as upstream:
-            results = [(source, _measure(workdir, upstream.url, source, scenario, options)) for source in sources]
+            results = [
+                (source, _measure(workdir, upstream.url, source, str(n), scenario, options))
+                for n, source in enumerate(sources)
+            ]
     print(f"\n{scenario.name}, {options.chunks} chunks, instructions a request (least of {options.windows} windows)")
     baseline = results[0][1]
     for source, count in results:

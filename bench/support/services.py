@@ -83,15 +83,18 @@ def serve_gateway(
     stem: str = "gateway",
     source_dir: Path = REPO_DIR,
     extra_args: tuple[str, ...] = (),
+    wrapper: tuple[str, ...] = (),
+    timeout_s: float = 30.0,
 ) -> Service:
     """Run `python -m gateway serve` from `source_dir` (the repository, or another checkout to compare)
-    with the configuration `config_text`, written with its log to `workdir/<stem>.yaml` and `.log`."""
+    with the configuration `config_text`, written with its log to `workdir/<stem>.yaml` and `.log`.
+    `wrapper`: a command the server runs under (valgrind, say)."""
     config = workdir / f"{stem}.yaml"
     config.write_text(config_text)
-    argv = [sys.executable, "-m", "gateway", "serve", "--config", str(config), "--port", "0", *extra_args]
+    argv = [*wrapper, sys.executable, "-m", "gateway", "serve", "--config", str(config), "--port", "0", *extra_args]
     # The bootstrap admin key comes through the environment, which a gateway without auth ignores.
     env = {"GATEWAY_ADMIN_KEY": admin_key}
-    return start_announcing(name, argv, workdir / f"{stem}.log", source_dir, env, timeout_s=30)
+    return start_announcing(name, argv, workdir / f"{stem}.log", source_dir, env, timeout_s=timeout_s)
 
 
 def start_gateway(workdir: Path, upstream_url: str, source_dir: Path, admin_key: str) -> Service:

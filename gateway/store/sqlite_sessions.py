@@ -76,10 +76,8 @@ ON CONFLICT (tenant, id) DO UPDATE SET lease_owner = excluded.lease_owner, lease
 WHERE sessions.lease_owner IS NULL OR sessions.lease_expires <= :now OR sessions.lease_owner = excluded.lease_owner
 """
 
-# The lease never outlives the session (as `_TOUCH` cuts it).
 _INSERT_NEW = """
-INSERT INTO sessions (tenant, id, state, expires_at, lease_owner, lease_expires)
-VALUES (?1, ?2, ?3, ?4, ?5, MIN(?6, ?4))
+INSERT INTO sessions (tenant, id, state, expires_at, lease_owner, lease_expires) VALUES (?, ?, ?, ?, ?, ?)
 ON CONFLICT (tenant, id) DO NOTHING
 """
 
@@ -198,7 +196,7 @@ def open_sessions(db: sqlite3.Connection, items: list[SessionCheckpoint], now: f
             _purge_expired(db, now)
         for first in items:
             assert first.renew_owner is not None, "opening a session claims it for an owner"
-            if first.new and first.state is not None and not first.events and _insert_new(db, first, now):
+            if first.new and _insert_new(db, first, now):
                 opened.append(True)
                 continue
             claimed = claim(db, first.tenant, first.session_id, first.renew_owner, now, first.lease_ttl_s)
@@ -209,11 +207,14 @@ def open_sessions(db: sqlite3.Connection, items: list[SessionCheckpoint], now: f
 
 
 def _insert_new(db: sqlite3.Connection, first: SessionCheckpoint, now: float) -> bool:
-    """A session whose id the gateway just made, opened with its state: one row, inserted.
-    False if a row is there after all (then the caller claims it the ordinary way)."""
-    state = first.state.to_json() if first.state is not None else None
-    lease_expires = now + first.lease_ttl_s
-    params = (first.tenant, first.session_id, state, now + first.ttl_s, first.renew_owner, lease_expires)
+    """A session whose id the gateway just made, opened with its state: one row, inserted. False
+    if a row is there after all, or the checkpoint is more than a state (the caller then opens it
+    the ordinary way)."""
+    if first.state is None or first.events:
+        return False
+    expires = now + first.ttl_s
+    lease_expires = min(now + first.lease_ttl_s, expires)  # never past the session (as `_TOUCH` cuts it)
+    params = (first.tenant, first.session_id, first.state.to_json(), expires, first.renew_owner, lease_expires)
     return db.execute(_INSERT_NEW, params).rowcount > 0
 
 

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from gateway.store.base import Store
+from gateway.store.base import SessionCheckpoint, Store
 from gateway.store.session_record import SessionState
 from tests.store.conftest import Backing
 
@@ -22,6 +22,14 @@ STATE = SessionState(
     "streaming", model="m1", body={"messages": [{"role": "user", "content": "héllo"}], "temperature": 1.5}, key_id="k1"
 )
 DONE = SessionState("done")
+
+
+def opening(session_id: str, owner: str, *, new: bool = False) -> SessionCheckpoint:
+    """What a replica's first write of a new answer is: claim the lease, save the state, drop the
+    last answer's events (`session_open`)."""
+    return SessionCheckpoint(
+        "acme", session_id, LONG_TTL, state=STATE, renew_owner=owner, lease_ttl_s=LONG_TTL, replace_events=True, new=new
+    )
 
 
 def events(*seqs: int, tag: str = "") -> list[tuple[int, bytes]]:
@@ -251,8 +259,6 @@ async def test_overlapping_flushes_from_two_clients_never_duplicate(backing: Bac
 
 
 async def test_a_batched_checkpoint_saves_appends_and_moves_leases_for_many_sessions(store: Store) -> None:
-    from gateway.store.base import SessionCheckpoint
-
     await store.session_claim("t1", "done", "replica-a", LONG_TTL)
     await store.session_checkpoint(
         [
@@ -274,13 +280,10 @@ async def test_a_batched_checkpoint_saves_appends_and_moves_leases_for_many_sess
 
 
 async def test_opening_a_session_claims_it_saves_the_state_and_drops_the_last_answers_events(store: Store) -> None:
-    from gateway.store.base import SessionCheckpoint
 
     await store.session_save("acme", "s1", DONE, LONG_TTL)
     await store.session_append("acme", "s1", events(1, 2, tag="last answer"), LONG_TTL)
-    first = SessionCheckpoint(
-        "acme", "s1", LONG_TTL, state=STATE, renew_owner="replica-a", lease_ttl_s=LONG_TTL, replace_events=True
-    )
+    first = opening("s1", "replica-a")
     assert await store.session_open(first)
     assert await store.session_load("acme", "s1") == STATE
     assert await store.session_events("acme", "s1", 0, 10) == []
@@ -289,26 +292,17 @@ async def test_opening_a_session_claims_it_saves_the_state_and_drops_the_last_an
 
 
 async def test_opening_a_session_another_owner_streams_writes_nothing(store: Store) -> None:
-    from gateway.store.base import SessionCheckpoint
 
     await store.session_save("acme", "s1", DONE, LONG_TTL)
     await store.session_append("acme", "s1", events(1, 2), LONG_TTL)
     assert await store.session_claim("acme", "s1", "replica-a", LONG_TTL)
-    rival = SessionCheckpoint(
-        "acme", "s1", LONG_TTL, state=STATE, renew_owner="replica-b", lease_ttl_s=LONG_TTL, replace_events=True
-    )
-    assert not await store.session_open(rival)
+    assert not await store.session_open(opening("s1", "replica-b"))
     assert await store.session_load("acme", "s1") == DONE
     assert await store.session_events("acme", "s1", 0, 10) == events(1, 2)
 
 
 async def test_a_session_opened_as_new_is_owned_saved_and_continued_like_any_other(store: Store) -> None:
-    from gateway.store.base import SessionCheckpoint
-
-    first = SessionCheckpoint(
-        "acme", "sess_new", LONG_TTL, state=STATE, renew_owner="replica-a", lease_ttl_s=LONG_TTL, new=True
-    )
-    assert await store.session_open(first)
+    assert await store.session_open(opening("sess_new", "replica-a", new=True))
     assert await store.session_load("acme", "sess_new") == STATE
     assert await store.session_events("acme", "sess_new", 0, 10) == []
     assert not await store.session_claim("acme", "sess_new", "replica-b", LONG_TTL), "the lease is replica-a's"
@@ -321,41 +315,27 @@ async def test_a_session_opened_as_new_is_owned_saved_and_continued_like_any_oth
 
 
 async def test_new_is_only_a_hint_a_session_that_exists_is_opened_or_refused_as_ever(store: Store) -> None:
-    from gateway.store.base import SessionCheckpoint
 
     await store.session_save("acme", "s1", DONE, LONG_TTL)
     await store.session_append("acme", "s1", events(1, 2), LONG_TTL)
     assert await store.session_claim("acme", "s1", "replica-a", LONG_TTL)
 
-    def opening(owner: str) -> SessionCheckpoint:
-        return SessionCheckpoint(
-            "acme", "s1", LONG_TTL, state=STATE, renew_owner=owner, lease_ttl_s=LONG_TTL, replace_events=True, new=True
-        )
-
-    assert not await store.session_open(opening("replica-b")), "replica-a streams it"
+    assert not await store.session_open(opening("s1", "replica-b", new=True)), "replica-a streams it"
     assert await store.session_load("acme", "s1") == DONE
-    assert await store.session_open(opening("replica-a"))
+    assert await store.session_open(opening("s1", "replica-a", new=True))
     assert await store.session_load("acme", "s1") == STATE
     assert await store.session_events("acme", "s1", 0, 10) == [], "the last answer's events dropped as ever"
 
 
 async def test_opening_a_session_without_an_owner_is_refused(store: Store) -> None:
-    from gateway.store.base import SessionCheckpoint
-
     with pytest.raises(ValueError, match="owner"):
         await store.session_open(SessionCheckpoint("acme", "s1", LONG_TTL, state=STATE, lease_ttl_s=LONG_TTL))
 
 
 async def test_racing_opens_grant_a_session_to_one_owner_and_open_every_other_session(store: Store) -> None:
-    from gateway.store.base import SessionCheckpoint
 
-    def first(session_id: str, owner: str) -> SessionCheckpoint:
-        return SessionCheckpoint(
-            "acme", session_id, LONG_TTL, state=STATE, renew_owner=owner, lease_ttl_s=LONG_TTL, replace_events=True
-        )
-
-    contested = [store.session_open(first("shared", f"replica-{n}")) for n in range(10)]
-    own = [store.session_open(first(f"own-{n}", "replica-a")) for n in range(10)]
+    contested = [store.session_open(opening("shared", f"replica-{n}")) for n in range(10)]
+    own = [store.session_open(opening(f"own-{n}", "replica-a")) for n in range(10)]
     results = await asyncio.gather(*contested, *own)
     assert sum(results[:10]) == 1
     assert all(results[10:])
