@@ -32,6 +32,7 @@ from gateway.backends.factory import build_backend
 from gateway.http.admin_api import build_admin_router
 from gateway.http.admin_pages import admin_page_routes, openapi_routes
 from gateway.http.approvals_api import build_approval_status_router, build_approvals_router
+from gateway.http.chat_route import ChatCompletionsFirst
 from gateway.http.errors import install_error_handlers
 from gateway.http.health import HealthApi
 from gateway.http.metrics_api import MetricsApi
@@ -271,6 +272,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
     if mcp is not None:
         app.router.routes.append(Route(settings.mcp.path, mcp, methods=["GET", "POST", "DELETE"]))
     install_error_handlers(app)
+    app.add_middleware(ChatCompletionsFirst, api=openai_api)
     app.state.router = router
     # The assembled path, for tests/security/test_stage_release.py to inject failures into.
     app.state.stages, app.state.openai_api, app.state.call = stages, openai_api, Call(router)

@@ -53,7 +53,7 @@ def gateway_error_response(error: GatewayError) -> Response:
     return _json(error.status, gateway_error_body(error), error.headers())
 
 
-async def _on_gateway_error(request: Request, exc: Exception) -> Response:
+async def on_gateway_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, GatewayError)
     if isinstance(exc, StoreCorrupt):
         # The operator's cue: which record and why (the client is told which record only).
@@ -85,7 +85,7 @@ async def _on_unexpected(request: Request, exc: Exception) -> Response:
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    app.add_exception_handler(GatewayError, _on_gateway_error)
+    app.add_exception_handler(GatewayError, on_gateway_error)
     app.add_exception_handler(HTTPException, _on_http_exception)
     app.add_exception_handler(RequestValidationError, _on_validation_error)
     app.add_exception_handler(Exception, _on_unexpected)

@@ -15,7 +15,7 @@ import re
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from gateway import sse
@@ -27,6 +27,7 @@ from gateway.errors import GatewayError
 from gateway.http.errors import gateway_error_body, gateway_error_response
 from gateway.http.requests import read_body
 from gateway.http.stream_events import StreamEvents
+from gateway.http.streamed_response import StreamedResponse
 from gateway.ids import RandomIds
 from gateway.pipeline import Handler, RequestContext
 from gateway.sessions.manager import SessionManager
@@ -35,6 +36,7 @@ from gateway.wire import Completion, dumps
 
 log = logging.getLogger(__name__)
 
+CHAT_COMPLETIONS = "/v1/chat/completions"
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 # A client's X-Request-Id is kept only if it is short and plain; anything else is replaced by an
 # id of our own (not refused: the id is a convenience, and refusing would break the request).
@@ -64,7 +66,7 @@ class OpenAIApi:
 
     def routes(self) -> list[BaseRoute]:
         return [
-            Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
+            Route(CHAT_COMPLETIONS, self.chat_completions, methods=["POST"]),
             Route("/v1/models", self.list_models, methods=["GET"]),
         ]
 
@@ -85,7 +87,7 @@ class OpenAIApi:
         headers = {"X-Request-Id": ctx.request_id, **ctx.response_headers}
         if not ctx.stream and ctx.approval_keepalive_s:
             body = _kept_alive(ctx, first, chunks, self._sessions, ctx.approval_keepalive_s)
-            return StreamingResponse(body, media_type="application/json", headers=headers)
+            return StreamedResponse(body, media_type="application/json", headers=headers)
         if not ctx.stream:
             return await _collect(ctx, first, chunks, headers, self._sessions)
         if self._sessions is None:
@@ -94,7 +96,7 @@ class OpenAIApi:
             # The response is generated in its own task, so it survives this connection.
             live = await self._sessions.start(ctx, _rest(first, chunks))
             frames = self._sessions.frames(live, after_seq=0)
-        return StreamingResponse(frames, media_type="text/event-stream", headers={**_SSE_HEADERS, **headers})
+        return StreamedResponse(frames, media_type="text/event-stream", headers={**_SSE_HEADERS, **headers})
 
     async def list_models(self, request: Request) -> Response:
         principal = await self._authenticator.authenticate(request.headers)

@@ -5,12 +5,13 @@ from __future__ import annotations
 import re
 
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from gateway.auth.principal import Principal, Scope
 from gateway.auth.stage import Authenticator
 from gateway.errors import InvalidRequest
+from gateway.http.streamed_response import StreamedResponse
 from gateway.sessions.manager import SessionManager
 from gateway.wire import dumps
 
@@ -46,7 +47,7 @@ class SessionsApi:
         session_id = request.path_params["session_id"]
         frames = await self._sessions.resume(principal, session_id, int(after))
         headers = {**_SSE_HEADERS, "X-Session-Id": session_id}
-        return StreamingResponse(frames, media_type="text/event-stream", headers=headers)
+        return StreamedResponse(frames, media_type="text/event-stream", headers=headers)
 
     async def show(self, request: Request) -> Response:
         principal = await self._caller(request)
