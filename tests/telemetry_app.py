@@ -30,6 +30,7 @@ class TracedGateway:
     http: httpx.AsyncClient
     spans: InMemorySpanExporter
     metrics: InMemoryMetricReader
+    telemetry: Telemetry
     backends: Sequence[Backend]
     admin_key: str
     key: str = ""
@@ -55,16 +56,14 @@ class TracedGateway:
         return [s for s in self.spans.get_finished_spans() if s.kind is SpanKind.CLIENT]
 
     def points(self, name: str) -> list[Any]:
+        """The named metric's points, from the SDK's reader or (TTFT, TPOT) the in-process histograms."""
         data = self.metrics.get_metrics_data()
         assert data is not None
-        return [
-            point
-            for resource in data.resource_metrics
-            for scope in resource.scope_metrics
-            for metric in scope.metrics
-            if metric.name == name
-            for point in metric.data.data_points
+        metrics = [
+            metric for resource in data.resource_metrics for scope in resource.scope_metrics for metric in scope.metrics
         ]
+        metrics += self.telemetry.latencies.metrics()
+        return [point for metric in metrics if metric.name == name for point in metric.data.data_points]
 
     def value(self, name: str, **attributes: Any) -> float:
         """The sum of a counter's or gauge's points whose attributes include `attributes`."""
@@ -104,13 +103,14 @@ async def traced_gateway(
     settings = parse_settings(settings_for(tmp_path, [b.name for b in backends], admin_key, **sections))
     spans, metrics = InMemorySpanExporter(), InMemoryMetricReader()
     processors = [SimpleSpanProcessor(spans)] if tracing else []
-    app = create_app(settings, Telemetry(settings.telemetry, span_processors=processors, metric_readers=[metrics]))
+    telemetry = Telemetry(settings.telemetry, span_processors=processors, metric_readers=[metrics])
+    app = create_app(settings, telemetry)
     for deployment, backend in zip(app.state.router.groups["m"].deployments, backends, strict=True):
         await deployment.backend.aclose()
         deployment.backend = backend
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as http:
-            gateway = TracedGateway(http, spans, metrics, backends, admin_key)
+            gateway = TracedGateway(http, spans, metrics, telemetry, backends, admin_key)
             gateway.key_id, gateway.key = await gateway.create_key()
             yield gateway

@@ -9,9 +9,9 @@ the process-wide default one), OTLP/HTTP when `telemetry.otlp_endpoint` is set, 
 readers a test injects. Spans go to OTLP when configured and to injected processors; with nowhere
 to send them none are built (see `Telemetry.tracer`).
 
-Per request the hot path pays for two histogram records (TTFT and TPOT, per attempt) and one dict
-increment (`RequestCounts`); with an exporter, or a client's trace to continue, also two spans and
-one context propagation. Nothing is recorded per chunk.
+Per request the hot path pays for two latency records (TTFT and TPOT, per attempt, kept in process:
+`latency.py`) and one dict increment (`RequestCounts`); with an exporter, or a client's trace to
+continue, also two spans and one context propagation. Nothing is recorded per chunk.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 from urllib.parse import urlsplit
 
 from opentelemetry import trace
@@ -40,6 +40,14 @@ from prometheus_client import CollectorRegistry
 from gateway.mcp.status import UpstreamState, UpstreamStatus
 from gateway.routing.breaker import BreakerState
 from gateway.settings import BackendKind, DeploymentSettings, TelemetrySettings
+from gateway.telemetry.latency import (
+    SCOPE,
+    HistogramSpec,
+    LatencyHistograms,
+    LatencySeries,
+    PrometheusLatencies,
+    WithLatencies,
+)
 
 if TYPE_CHECKING:
     from gateway.audit.writer import AuditWriter
@@ -67,6 +75,20 @@ class QuotaCounters(Protocol):
 # reasoning models can think for a minute before their first token.
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 30.0, 60.0)
 TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
+TTFT = HistogramSpec(
+    "gateway.upstream.time_to_first_token",
+    "gateway_upstream_time_to_first_token_seconds",
+    "s",
+    "time from sending an attempt upstream to its first output",
+    TTFT_BUCKETS,
+)
+TPOT = HistogramSpec(
+    "gateway.upstream.time_per_output_token",
+    "gateway_upstream_time_per_output_token_seconds",
+    "s",
+    "time per output token after the first, per successful attempt",
+    TPOT_BUCKETS,
+)
 CHECKPOINT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 BREAKER_VALUES = {BreakerState.CLOSED: 0, BreakerState.HALF_OPEN: 1, BreakerState.OPEN: 2}
@@ -99,23 +121,21 @@ class RequestCounts:
         ]
 
 
+class DeploymentTelemetry(NamedTuple):
+    """What an attempt on one deployment of one model reports to, computed once."""
+
+    span_attributes: Attributes
+    metric_attributes: Attributes
+    ttft: LatencySeries
+    tpot: LatencySeries
+
+
 class Instruments:
     """The synchronous instruments; the observable ones are registered by `Telemetry.watch` (and
-    `gateway.requests`, read from `RequestCounts`, when the telemetry is built)."""
+    `gateway.requests`, read from `RequestCounts`, when the telemetry is built). The latency
+    histograms are not among them: see `latency.py`."""
 
     def __init__(self, meter: Meter) -> None:
-        self.ttft = meter.create_histogram(
-            "gateway.upstream.time_to_first_token",
-            unit="s",
-            description="time from sending an attempt upstream to its first output",
-            explicit_bucket_boundaries_advisory=TTFT_BUCKETS,
-        )
-        self.tpot = meter.create_histogram(
-            "gateway.upstream.time_per_output_token",
-            unit="s",
-            description="time per output token after the first, per successful attempt",
-            explicit_bucket_boundaries_advisory=TPOT_BUCKETS,
-        )
         self.failures = meter.create_counter(
             "gateway.upstream.failures", unit="{attempt}", description="failed upstream attempts by reason"
         )
@@ -155,10 +175,13 @@ class Telemetry:
     ) -> None:
         resource = Resource.create({"service.name": settings.service_name})
         processors, readers = list(span_processors), list(metric_readers)
+        self.latencies = LatencyHistograms([TTFT, TPOT])
         if settings.otlp_endpoint is not None:
             processors.append(BatchSpanProcessor(_otlp_span_exporter(settings)))
-            readers.append(PeriodicExportingMetricReader(_otlp_metric_exporter(settings)))
+            exporter = WithLatencies(_otlp_metric_exporter(settings), self.latencies, resource)
+            readers.append(PeriodicExportingMetricReader(exporter))
         self.registry = CollectorRegistry()
+        self.registry.register(PrometheusLatencies(self.latencies))
         # Scope labels would repeat otel_scope_name="gateway" on every series: they say nothing here.
         readers.append(PrometheusMetricReader(registry=self.registry, scope_info_enabled=False))
         # The providers are shut down by the app's lifespan, not by an atexit hook per instance.
@@ -177,7 +200,7 @@ class Telemetry:
             exemplar_filter=AlwaysOffExemplarFilter(),
             shutdown_on_exit=False,
         )
-        self._meter = self.meter_provider.get_meter("gateway")
+        self._meter = self.meter_provider.get_meter(SCOPE)
         self.instruments = Instruments(self._meter)
         self.requests = RequestCounts()
         self._meter.create_observable_counter(
@@ -187,26 +210,28 @@ class Telemetry:
             description="chat completion requests by model, deployment, status",
         )
         self.propagator = TraceContextTextMapPropagator()
-        self._deployments: dict[tuple[str, str], tuple[Attributes, Attributes]] = {}
+        self._deployments: dict[tuple[str, str], DeploymentTelemetry] = {}
 
-    def deployment_attributes(self, model: str, deployment: DeploymentSettings) -> tuple[Attributes, Attributes]:
-        """(span attributes, metric attributes) of one deployment of `model`, computed once."""
+    def deployment(self, model: str, deployment: DeploymentSettings) -> DeploymentTelemetry:
+        """The attributes and latency series of one deployment of `model`, computed once."""
         key = (model, deployment.name)
         found = self._deployments.get(key)
         if found is None:
-            found = self._deployments[key] = _deployment_attributes(model, deployment)
+            span, metric = _deployment_attributes(model, deployment)
+            ttft, tpot = (histogram.series(metric) for histogram in self.latencies.histograms)
+            found = self._deployments[key] = DeploymentTelemetry(span, metric, ttft, tpot)
         return found
 
     def served_by(self, model: str, deployment: str) -> str | None:
         """The GenAI provider name of a deployment seen before, if any."""
         found = self._deployments.get((model, deployment))
-        return str(found[0]["gen_ai.provider.name"]) if found is not None else None
+        return str(found.span_attributes["gen_ai.provider.name"]) if found is not None else None
 
     def watch(self, router: Router, quota: QuotaCounters) -> None:
         """Register the gauges that read routing and quota state when metrics are collected, and
         hear every circuit breaker change."""
         deployments = [
-            (d, self.deployment_attributes(g.name, d.settings)[1])
+            (d, self.deployment(g.name, d.settings).metric_attributes)
             for g in router.groups.values()
             for d in g.deployments
         ]

@@ -28,7 +28,7 @@ from gateway.store.approval_record import Approval
 if TYPE_CHECKING:
     from gateway.routing.deployment import Deployment
     from gateway.routing.router import Attempt
-    from gateway.telemetry.providers import Attributes, Telemetry
+    from gateway.telemetry.providers import Attributes, DeploymentTelemetry, Telemetry
 
 _SERVER_ATTRIBUTES: dict[str, str] = {
     "gen_ai.operation.name": "chat",
@@ -141,7 +141,7 @@ class AttemptTrace:
     error): TTFT and TPOT are recorded once per attempt, never per chunk.
     """
 
-    __slots__ = ("_attempt", "_metric_attributes", "_span", "_telemetry", "headers", "model")
+    __slots__ = ("_attempt", "_deployment", "_span", "_telemetry", "headers", "model")
 
     def __init__(
         self,
@@ -161,14 +161,14 @@ class AttemptTrace:
         self._telemetry = telemetry
         self._attempt = attempt
         self._span: Span = INVALID_SPAN
-        self._metric_attributes: Attributes = {}
+        self._deployment: DeploymentTelemetry | None = None
         if telemetry is None:
             return
-        span_attributes, self._metric_attributes = telemetry.deployment_attributes(model, deployment.settings)
+        self._deployment = telemetry.deployment(model, deployment.settings)
         if not traced:
             return
         self._span = telemetry.tracer.start_span(
-            f"chat {self.model}", context=parent, kind=SpanKind.CLIENT, attributes=span_attributes
+            f"chat {self.model}", context=parent, kind=SpanKind.CLIENT, attributes=self._deployment.span_attributes
         )
         if self._span.is_recording():
             self._span.set_attribute("gateway.attempt", number)
@@ -184,16 +184,17 @@ class AttemptTrace:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        telemetry = self._telemetry
-        if telemetry is None:
+        telemetry, deployment = self._telemetry, self._deployment
+        if telemetry is None or deployment is None:
             return
-        attempt, instruments = self._attempt, telemetry.instruments
+        attempt = self._attempt
         if attempt.ttft_s is not None:
-            instruments.ttft.record(attempt.ttft_s, self._metric_attributes)
+            deployment.ttft.record(attempt.ttft_s)
         if attempt.tpot_s is not None:
-            instruments.tpot.record(attempt.tpot_s, self._metric_attributes)
+            deployment.tpot.record(attempt.tpot_s)
         if attempt.error is not None:
-            instruments.failures.add(1, {**self._metric_attributes, "gateway.failure_reason": attempt.error})
+            failure = {**deployment.metric_attributes, "gateway.failure_reason": attempt.error}
+            telemetry.instruments.failures.add(1, failure)
         if self._span.is_recording():
             self._describe(exc)
         self._span.end()
