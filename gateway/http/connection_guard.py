@@ -1,10 +1,16 @@
-"""Connections that have not sent a whole request head yet: bounded in time and in number.
+"""The server's connections: bounded while they send their request head, and written once a turn.
 
 uvicorn times out idle keep-alive connections, but not a request head that arrives slowly (or
 never): a slowloris client could hold any number of connections open. Until its head is complete
 a connection cannot have been authenticated, so this is also the cap on unauthenticated
 connections; after that, an authenticated client is bounded by its quotas and the body timeout
 (`server.body_timeout_s`, enforced where the body is read).
+
+A response's head and its body come in two ASGI sends, which uvicorn writes one by one: two
+`write` system calls (on loopback each runs the whole TCP path to the peer) and two segments the
+client wakes up for. `OneWritePerTurn` holds what is written during one turn of the event loop
+and writes it at the end of the turn, or as soon as the response is complete: a non-streamed
+answer leaves in one call, with no wait, and a stream's head with the events ready with it.
 """
 
 from __future__ import annotations
@@ -16,6 +22,39 @@ from typing import Any
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 _BUSY = b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+
+
+class OneWritePerTurn:
+    """A transport whose writes of one turn of the event loop go out together, at its end; every
+    other method is the transport's own (closing writes what is held first)."""
+
+    __slots__ = ("_held", "_loop", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._held: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        if not self._held:
+            self._loop.call_soon(self.write_held)
+        self._held.append(data)
+
+    def write_held(self) -> None:
+        held = self._held
+        if not held:
+            return
+        data = held[0] if len(held) == 1 else b"".join(held)
+        held.clear()
+        if not self._transport.is_closing():
+            self._transport.write(data)
+
+    def close(self) -> None:
+        self.write_held()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
 
 
 class _Pending:
@@ -41,6 +80,7 @@ def guarded_protocol(
                 self.logger = logger
             self._head_timer: asyncio.TimerHandle | None = None
             self._awaiting_head = False
+            self._writes: OneWritePerTurn | None = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -48,6 +88,7 @@ def guarded_protocol(
                 transport.write(_BUSY)
                 transport.close()
                 return
+            self.transport = self._writes = OneWritePerTurn(transport, self.loop)  # type: ignore[assignment]
             self._await_head()  # from the connect: a client that sends nothing is cut as well
 
         def on_message_begin(self) -> None:
@@ -58,6 +99,11 @@ def guarded_protocol(
         def on_headers_complete(self) -> None:
             self._head_arrived()
             super().on_headers_complete()
+
+        def on_response_complete(self) -> None:
+            if self._writes is not None:
+                self._writes.write_held()  # the response's last bytes: nothing else will join them
+            super().on_response_complete()
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._head_arrived()

@@ -17,6 +17,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
+from starlette.types import Scope as AsgiScope
 
 from gateway import sse
 from gateway.auth.principal import Scope
@@ -41,6 +42,16 @@ _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 # A client's X-Request-Id is kept only if it is short and plain; anything else is replaced by an
 # id of our own (not refused: the id is a convenience, and refusing would break the request).
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+def header_map(scope: AsgiScope) -> dict[str, str]:
+    """The request's headers as a dict by name (which ASGI servers send in lower case). The stages
+    look up about ten a request: a hash each, not Starlette's scan that decodes header after
+    header. The first of a repeated header wins, as with Starlette's `Headers.get`."""
+    headers: dict[str, str] = {}
+    for name, value in scope["headers"]:
+        headers.setdefault(name.decode("latin-1"), value.decode("latin-1"))
+    return headers
 
 
 def request_id_from(headers: Mapping[str, str], ids: RandomIds) -> str:
@@ -71,11 +82,12 @@ class OpenAIApi:
         ]
 
     async def chat_completions(self, request: Request) -> Response:
+        headers = header_map(request.scope)
         ctx = RequestContext(
-            request_id=request_id_from(request.headers, self._ids),
+            request_id=request_id_from(headers, self._ids),
             completion_id=f"chatcmpl-{self._ids.hex()}",
             client=request.client.host if request.client else "",
-            headers=request.headers,
+            headers=headers,
             read_body=functools.partial(read_body, request, self._server.max_body_bytes, self._server.body_timeout_s),
         )
         chunks = self.pipeline(ctx)
@@ -84,19 +96,19 @@ class OpenAIApi:
         except BaseException:
             await chunks.aclose()
             raise
-        headers = {"X-Request-Id": ctx.request_id, **ctx.response_headers}
+        sent = {"X-Request-Id": ctx.request_id, **ctx.response_headers}
         if not ctx.stream and ctx.approval_keepalive_s:
             body = _kept_alive(ctx, first, chunks, self._sessions, ctx.approval_keepalive_s)
-            return StreamedResponse(body, media_type="application/json", headers=headers)
+            return StreamedResponse(body, media_type="application/json", headers=sent)
         if not ctx.stream:
-            return await _collect(ctx, first, chunks, headers, self._sessions)
+            return await _collect(ctx, first, chunks, sent, self._sessions)
         if self._sessions is None:
             frames = _sse_stream(ctx, first, chunks)
         else:
             # The response is generated in its own task, so it survives this connection.
             live = await self._sessions.start(ctx, _rest(first, chunks))
             frames = self._sessions.frames(live, after_seq=0)
-        return StreamedResponse(frames, media_type="text/event-stream", headers={**_SSE_HEADERS, **headers})
+        return StreamedResponse(frames, media_type="text/event-stream", headers={**_SSE_HEADERS, **sent})
 
     async def list_models(self, request: Request) -> Response:
         principal = await self._authenticator.authenticate(request.headers)

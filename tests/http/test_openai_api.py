@@ -9,11 +9,13 @@ from typing import Any
 
 import orjson
 import pytest
+from starlette.datastructures import Headers
 
 from common.sse_reader import read_events
 from gateway.backends.base import BackendRequest, Chunk
 from gateway.backends.openai_compat import OpenAICompatBackend
 from gateway.errors import InvalidRequest, UpstreamInBandError
+from gateway.http.openai_api import header_map
 from tests.backends.upstream import DEPLOYMENT, FakeUpstream, answer, chunk, http_chunked, sse
 from tests.telemetry_app import traced_gateway
 
@@ -86,3 +88,18 @@ async def test_chunks_that_arrive_in_one_read_reach_the_client_one_event_each(tm
     assert deltas == [{"role": "assistant", "content": ""}, *({"content": word} for word in words), {}]
     assert events[-1]["choices"][0]["finish_reason"] == "stop"
     assert {event["id"] for event in events} == {events[0]["id"]} != {"u"}
+
+
+def test_the_header_map_answers_as_starlettes_headers_do() -> None:
+    raw = [
+        (b"x-session-id", b"first"),
+        (b"authorization", b"Bearer k"),
+        (b"x-session-id", b"second"),
+        (b"x-note", b"\xe9"),
+    ]
+    scope = {"type": "http", "headers": raw}
+    starlette = Headers(scope=scope)
+    mapped = header_map(scope)
+    for name in ("x-session-id", "authorization", "x-note", "x-absent"):
+        assert mapped.get(name) == starlette.get(name)
+    assert ("x-session-id" in mapped, "x-absent" in mapped) == (True, False)
