@@ -282,8 +282,18 @@ class AuditWriter:
         return None
 
     async def flush(self) -> None:
+        """Write every queued record, those that arrive meanwhile too."""
         while self._pending:
-            await self._write_batch()
+            await self._write_batch(self._batch_size)
+
+    async def _flush_queued(self) -> None:
+        """Write the records queued now. Those that arrive meanwhile wait for the next flush: were
+        they written as they came, a steady load would keep one flush going with a transaction per
+        record or two (each store round trip lets one or two more in), and `flush_interval_s`,
+        which lets a batch accumulate, would never come."""
+        left = len(self._pending)
+        while left > 0 and self._pending:
+            left -= await self._write_batch(min(left, self._batch_size))
 
     async def _run(self) -> None:
         delay = _BACKOFF_S[0]
@@ -292,7 +302,7 @@ class AuditWriter:
             await self._wakeup.wait()
             self._wakeup.clear()
             try:
-                await self.flush()
+                await self._flush_queued()
             except Exception as error:  # the writer must never die: counted in stats, logged, retried
                 if isinstance(error, StoreUnavailable):
                     self.stats.store_errors += 1
@@ -317,8 +327,9 @@ class AuditWriter:
             self._blocked_since, delay = None, _BACKOFF_S[0]
             await asyncio.sleep(self._flush_interval_s)  # lets a batch accumulate under load
 
-    async def _write_batch(self) -> None:
-        bodies = [self._pending[i] for i in range(min(self._batch_size, len(self._pending)))]
+    async def _write_batch(self, most: int) -> int:
+        """Write up to `most` records from the front of the queue; how many were written."""
+        bodies = [self._pending[i] for i in range(min(most, len(self._pending)))]
         written = await self._written_before() if self._unsure is not None else None
         while written is None:
             head = self._head if self._head is not None else self._noticed_rollback(await self._store.audit_head())
@@ -338,6 +349,7 @@ class AuditWriter:
         for _ in written:
             self._pending.popleft()
             self._room.release()
+        return len(written)
 
     def _noticed_rollback(self, head: AuditHead) -> AuditHead:
         if head.seq < self.highest_seq:

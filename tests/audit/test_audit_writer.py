@@ -20,7 +20,7 @@ from gateway.audit.writer import AuditWriter, iterate, verify_store
 from gateway.errors import StoreUnavailable
 from gateway.settings import EmbeddedStoreSettings, RedisStoreSettings
 from gateway.store.audit_batch import canonical
-from gateway.store.base import Store
+from gateway.store.base import AuditHead, AuditRecord, Store
 from gateway.store.embedded import EmbeddedStore
 from gateway.store.redis_store import RedisStore
 from tests.store.test_redis_unavailable import free_port, redis_server
@@ -198,3 +198,39 @@ async def test_a_chain_that_went_back_is_reported_not_silently_continued(
     assert ids == ["r0", "after"]
     assert writer.stats.rolled_back == 2
     assert "went back from seq 3 to seq 1" in caplog.text
+
+
+async def test_records_that_arrive_while_a_batch_is_written_wait_for_the_next_flush(
+    embedded: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under steady load the writer wrote each record or two as it came, one transaction per store
+    round trip (4 ms apart at c=1), because a flush went on while records kept arriving; the flush
+    interval, there to let a batch accumulate, never came. Now a flush writes what was queued when
+    it began."""
+    batches: list[int] = []
+    first_written = asyncio.Event()
+    append = embedded.audit_append
+
+    async def watched_append(head: AuditHead, chunk: list[AuditRecord]) -> bool:
+        batches.append(len(chunk))
+        if len(batches) == 1:
+            await first_written.wait()
+        return await append(head, chunk)
+
+    monkeypatch.setattr(embedded, "audit_append", watched_append)
+    writer = AuditWriter(embedded, queue_size=100, batch_size=10, flush_interval_s=3600.0)
+    writer.start()
+    try:
+        await writer.submit({"kind": "request", "request_id": "first"})
+        await until(lambda: batches == [1])
+        await writer.submit({"kind": "request", "request_id": "second"})
+        await writer.submit({"kind": "request", "request_id": "third"})
+        first_written.set()
+        await until(lambda: writer.highest_seq >= 1)
+        for _ in range(20):  # turns of the loop in which a second batch would have been started
+            await asyncio.sleep(0)
+        assert batches == [1]
+    finally:
+        await writer.stop()  # writes what is left, whatever the interval
+    assert batches == [1, 2]
+    assert [r["request_id"] for r in await records(embedded)] == ["first", "second", "third"]
