@@ -22,6 +22,7 @@ from starlette.requests import Request
 
 from common.problems import key_path
 from gateway.backends.base import Chunk
+from gateway.deadlines import deadline_in
 from gateway.errors import BodyTooLarge, InvalidRequest, RequestTimeout, UnsupportedParameter
 from gateway.pipeline import Handler, RequestContext
 
@@ -84,7 +85,7 @@ async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
         raise BodyTooLarge(f"Request body is {declared} bytes; the limit is {limit} bytes")
     body = bytearray()
     try:
-        async with asyncio.timeout(timeout_s):
+        with deadline_in(timeout_s):
             async for part in request.stream():
                 body += part
                 if len(body) > limit:

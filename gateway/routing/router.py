@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.backends.base import BackendRequest, Chunk, Usage
+from gateway.deadlines import deadline_at
 from gateway.errors import (
     DeadlineExceeded,
     NoDeploymentAvailable,
@@ -281,7 +282,7 @@ async def _until_first_output(
     so it never spans a hand-over of the stream to another task."""
     held: list[Chunk] = []
     try:
-        async with asyncio.timeout_at(by):
+        with deadline_at(by):
             async for chunk in upstream:
                 _note(attempt, chunk)
                 held.append(chunk)

@@ -12,6 +12,7 @@ from collections.abc import AsyncGenerator
 
 import orjson
 
+from gateway.deadlines import deadline_in
 from gateway.errors import GatewayError
 from gateway.sse import DONE_PAYLOAD
 
@@ -92,7 +93,7 @@ class SessionLog:
                 return
             if index == len(self.events):
                 try:
-                    async with asyncio.timeout(idle_s):
+                    with deadline_in(idle_s):
                         await grew.wait()
                 except TimeoutError:
                     yield None
