@@ -46,16 +46,15 @@ async def test_redis_down_for_2s_leaks_no_concurrency_lease(tmp_path: Path, slow
             leases = keys.scope_keys("chaos", "acme", f"key:{key_id}").leases
             body = {"model": "sim-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 30}
             started = asyncio.Event()
-            begun = 0
+            begun: set[int] = set()  # streams, not chunks: one fast stream must not stand for all
 
             async def stream(client: httpx.AsyncClient, i: int) -> int:
-                nonlocal begun
                 url = f"{gateway.url}/v1/chat/completions"
                 headers = {**gateway.headers(), "X-Request-Id": f"down-{i}"}
                 async with client.stream("POST", url, json={**body, "stream": True}, headers=headers) as r:
                     async for _ in r.aiter_bytes():
-                        begun += 1
-                        if begun >= STREAMS:
+                        begun.add(i)
+                        if len(begun) == STREAMS:
                             started.set()
                     return r.status_code
 

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -170,12 +171,24 @@ def _stdio_server_pid(gateway_pid: int) -> int:
     raise AssertionError("no stdio MCP server under the gateway")
 
 
+def _bytes_read(pid: int) -> int:
+    """What the process has read so far, its stdin included (the kernel's count)."""
+    fields = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
+    return int(fields["rchar"])
+
+
 async def test_a_stdio_server_killed_mid_call_gives_a_clear_error_and_is_restarted(gateway: Gateway) -> None:
     process: subprocess.Popen[str] = gateway.process.process
     victim = _stdio_server_pid(process.pid)
     async with mcp_session(gateway) as session:
+        read_before = _bytes_read(victim)
         call = asyncio.ensure_future(session.call_tool("local__slow_echo", {"text": "hi", "seconds": 20}))
-        await asyncio.sleep(0.5)  # the call is in the server's hands (it sleeps 20 s)
+        # The call is in the server's hands once it has read it from its stdin (it then sleeps 20 s).
+        # A ping the gateway sends meanwhile is about 45 bytes; the call's JSON-RPC line over 100.
+        deadline = time.monotonic() + 15
+        while _bytes_read(victim) - read_before < 100:
+            assert time.monotonic() < deadline, "the stdio server never read the call"
+            await asyncio.sleep(0.01)
         os.kill(victim, signal.SIGKILL)
         result = await asyncio.wait_for(call, 15)
         assert result.is_error
@@ -226,8 +239,11 @@ async def test_resources_and_prompts_are_not_exposed(gateway: Gateway) -> None:
             await session.list_resources()
 
 
-def test_metrics_count_calls_per_server_and_outcome(gateway: Gateway) -> None:
-    text = httpx.get(f"{gateway.url}/metrics", timeout=10).text
+async def test_metrics_count_calls_per_server_and_outcome(gateway: Gateway) -> None:
+    async with mcp_session(gateway) as session:
+        denied = await session.call_tool("files__shutdown", {})  # not on the whitelist
+    assert denied.is_error
+    text = (await asyncio.to_thread(httpx.get, f"{gateway.url}/metrics", timeout=10)).text
     assert 'gateway_mcp_server_up{server="files"} 1.0' in text
     assert 'gateway_mcp_calls_total{server="files",status="denied"}' in text
 

@@ -96,6 +96,7 @@ def test_model_of_another_tenant_is_invisible(gateway: Gateway) -> None:
 
 def test_platform_key_manages_shared_models(gateway: Gateway) -> None:
     _, platform = gateway.create_key(tenant="ops", scopes=["admin", "platform"])
+    gateway.create_key(tenant="globex")  # so two tenants besides its own hold keys, whatever ran before
     created = post(gateway, platform, f"/admin/models/{SHARED}/releases", {"version": "platform-1"})
     assert created.status_code == 201, created.text
     listed = httpx.get(f"{gateway.url}/admin/keys", headers=gateway.headers(platform), timeout=10).json()["data"]

@@ -140,9 +140,11 @@ async def test_concurrency_is_capped_until_a_lease_is_settled(store: Store) -> N
 
 async def test_an_expired_lease_frees_its_slot(store: Store) -> None:
     scope = key_scope(max_concurrency=1)
-    assert (await store.admit(admit_request(scope, ttl=0.2))).admitted
-    assert not (await store.admit(admit_request(scope, ttl=0.2))).admitted
-    deadline = time.monotonic() + 3.0
+    # A TTL of a second, not less: the second admit must land before the first lease lapses even
+    # when this shared machine stalls the test for a few hundred milliseconds.
+    assert (await store.admit(admit_request(scope, ttl=1.0))).admitted
+    assert not (await store.admit(admit_request(scope, ttl=1.0))).admitted
+    deadline = time.monotonic() + 5.0
     while not (await store.admit(admit_request(scope, ttl=30))).admitted:
         assert time.monotonic() < deadline, "the expired lease was never freed"
         await asyncio.sleep(0.05)
@@ -150,10 +152,10 @@ async def test_an_expired_lease_frees_its_slot(store: Store) -> None:
 
 async def test_a_renewed_lease_outlives_its_first_ttl(store: Store) -> None:
     scope = key_scope(max_concurrency=1)
-    held = await store.admit(admit_request(scope, ttl=0.2))
+    held = await store.admit(admit_request(scope, ttl=1.0))
     assert held.reservation is not None
     await store.renew_lease("acme", (scope,), held.reservation.lease_id, 5.0)
-    await asyncio.sleep(0.4)
+    await asyncio.sleep(1.5)
     assert not (await store.admit(admit_request(scope))).admitted
     await store.settle("acme", (scope,), held.reservation, used_tokens=0)
     assert (await store.admit(admit_request(scope))).admitted

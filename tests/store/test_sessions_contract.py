@@ -16,7 +16,8 @@ from gateway.store.base import SessionCheckpoint, Store
 from gateway.store.session_record import SessionState
 from tests.store.conftest import Backing
 
-SHORT_TTL = 0.2
+# Long enough that the step right after a short write lands before it lapses on a stalled machine.
+SHORT_TTL = 1.0
 LONG_TTL = 30.0
 STATE = SessionState(
     "streaming", model="m1", body={"messages": [{"role": "user", "content": "héllo"}], "temperature": 1.5}, key_id="k1"
@@ -43,7 +44,7 @@ async def let_pass(backing: Backing, seconds: float) -> None:
         await asyncio.sleep(seconds)
 
 
-async def eventually(backing: Backing, check: Callable[[], Awaitable[bool]], within_s: float = 3.0) -> None:
+async def eventually(backing: Backing, check: Callable[[], Awaitable[bool]], within_s: float = 5.0) -> None:
     """`check` holds now (embedded: the clock was moved) or soon (Redis: polled until a deadline)."""
     deadline = time.monotonic() + within_s
     while not await check():
