@@ -147,15 +147,15 @@ async def test_body_end_after_done_is_drained_in_the_background_and_the_connecti
     async def respond(writer: asyncio.StreamWriter, _: int) -> None:
         writer.write(http_chunked(sse(chunk("a")))[: -len(b"0\r\n\r\n")])
         await writer.drain()
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(1.0)
         writer.write(b"0\r\n\r\n")
 
     async with FakeUpstream(respond) as upstream:
         b = direct(upstream.url)
         started = time.monotonic()
         assert [c.content for c in await collect(b)] == ["a"]
-        assert time.monotonic() - started < 0.15
-        await asyncio.sleep(0.3)
+        assert time.monotonic() - started < 0.8  # did not wait for the body's end, a second away
+        await asyncio.sleep(1.1)
         await collect(b)
         await b.aclose()
     assert upstream.connections == 1
@@ -332,15 +332,15 @@ def paced(delays: list[float]) -> Respond:
 
 
 async def test_time_with_the_consumer_is_not_a_stall_even_across_tasks() -> None:
-    # Chunk 1 comes 0.35 s after chunk 0, which the consumer held for 0.25 s: only 0.1 s of
-    # that is the upstream's, within the 0.2 s stall deadline.
-    async with FakeUpstream(paced([0, 0.35])) as upstream:
-        b = direct(upstream.url, first_token_s=0.2, stall_s=0.2)
+    # Chunk 1 comes 0.8 s after chunk 0, which the consumer held for 0.6 s: only 0.2 s of
+    # that is the upstream's, within the 0.5 s stall deadline.
+    async with FakeUpstream(paced([0, 0.8])) as upstream:
+        b = direct(upstream.url, first_token_s=0.5, stall_s=0.5)
         chunks = b.stream(BackendRequest(body={"model": "m", "messages": []}))
         first = await asyncio.create_task(anext(chunks))  # peeked by one task, as the HTTP layer does
 
         async def rest() -> list[str | None]:
-            await asyncio.sleep(0.25)  # a slow client
+            await asyncio.sleep(0.6)  # a slow client
             return [c.content async for c in chunks]
 
         assert [first.content, *await asyncio.create_task(rest())] == ["0", "1"]
@@ -348,8 +348,8 @@ async def test_time_with_the_consumer_is_not_a_stall_even_across_tasks() -> None
 
 
 async def test_a_steady_stream_longer_than_the_stall_deadline_is_not_a_stall() -> None:
-    async with FakeUpstream(paced([0.08] * 6)) as upstream:
-        b = direct(upstream.url, first_token_s=0.2, stall_s=0.2)
+    async with FakeUpstream(paced([0.2] * 6)) as upstream:
+        b = direct(upstream.url, first_token_s=0.5, stall_s=0.5)
         assert [c.content for c in await collect(b)] == [str(i) for i in range(6)]
         await b.aclose()
 
