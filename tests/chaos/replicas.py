@@ -7,8 +7,9 @@ import contextlib
 import os
 import signal
 import socket
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,6 +77,16 @@ class Replicas:
             if after is None:
                 return records
         raise AssertionError("audit log longer than expected")
+
+    def audit_when(
+        self, done: Callable[[list[dict[str, Any]]], bool], kind: str = "request", deadline_s: float = 20.0
+    ) -> list[dict[str, Any]]:
+        """The records once `done` holds for them, or as they are at the deadline: the writer
+        flushes in batches after the answer, so a record can land a moment after its response."""
+        deadline = time.monotonic() + deadline_s
+        while not done(records := self.audit(kind)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return records
 
     def verify(self) -> dict[str, Any]:
         gateway = self.live[0]

@@ -58,13 +58,9 @@ def read_then_drop(gateway: Gateway, session_id: str, request_id: str, keep: int
 
 
 def wait_for_records(group: Replicas, request_ids: set[str], deadline_s: float = 20.0) -> list[dict[str, Any]]:
-    """The request records of `request_ids`, once each has one (the writer flushes in batches)."""
-    deadline = time.monotonic() + deadline_s
-    while True:
-        records = [r for r in group.audit() if r["request_id"] in request_ids]
-        if {r["request_id"] for r in records} == request_ids or time.monotonic() > deadline:
-            return records
-        time.sleep(0.1)
+    """The request records of `request_ids`, once each has one."""
+    everything = group.audit_when(lambda found: request_ids <= {r["request_id"] for r in found}, deadline_s=deadline_s)
+    return [r for r in everything if r["request_id"] in request_ids]
 
 
 def assert_nothing_lost(group: Replicas, request_ids: set[str], text: str, usage: dict[str, Any]) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -53,15 +52,6 @@ def availability(group: Replicas, name: str) -> str:
     return str(ready["models"]["sim-model"]["deployments"][name])
 
 
-def audited(group: Replicas, expected: int, deadline_s: float = 20.0) -> list[dict[str, Any]]:
-    """The request records, once `expected` are there (the writer flushes in batches, after the
-    answer) or the deadline passed."""
-    deadline = time.monotonic() + deadline_s
-    while len(records := group.audit()) < expected and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return records
-
-
 @pytest.mark.parametrize("strategy", ["priority", "weighted", "least_inflight", "lowest_latency"])
 def test_a_slow_primary_is_drained(tmp_path: Path, sims: list[Announced], strategy: str) -> None:
     primary, secondary = sims
@@ -96,7 +86,7 @@ def test_a_slow_primary_is_drained(tmp_path: Path, sims: list[Announced], strate
             ask(group)
         assert served_count(primary) == before, f"{strategy}: the slow primary still gets traffic"
         sent += QUIET
-        records = audited(group, WARM_UP + sent)
+        records = group.audit_when(lambda found: len(found) >= WARM_UP + sent)
         assert len(records) == WARM_UP + sent
         assert all(r["status"] == 200 for r in records)
         assert group.remaining_requests() == RPM - WARM_UP - sent - 1
