@@ -8,6 +8,7 @@ or rotates a key wider than itself.
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -137,3 +138,45 @@ def test_only_a_platform_admin_reloads_the_policy_file(gateway: Gateway) -> None
     _, platform = gateway.create_key(tenant="ops", scopes=["admin", "platform"])
     assert post(gateway, acme_admin, "/admin/policies/reload").status_code == 403
     assert post(gateway, platform, "/admin/policies/reload").status_code == 200
+
+
+def test_a_key_naming_a_model_its_tenant_cannot_use_is_refused_at_creation(gateway: Gateway) -> None:
+    """Issue 29 item 6: such a key was stored, and got 404 for the model it was made for."""
+    _, globex_admin = gateway.create_key(tenant="globex", scopes=["admin", "chat"])
+    asked = [
+        (globex_admin, "globex", ACME_ONLY),  # a tenant admin naming another tenant's model
+        (globex_admin, "globex", "no-such-model"),  # or one that does not exist: told apart by nobody
+        (gateway.admin_key, "globex", ACME_ONLY),  # a platform admin too: the key would be useless
+    ]
+    messages = []
+    for actor, tenant, model in asked:
+        reply = post(gateway, actor, "/admin/keys", {"name": "useless", "tenant": tenant, "models": [SHARED, model]})
+        assert reply.status_code == 400, (model, reply.text)
+        error = reply.json()["error"]
+        assert (error["code"], error["param"]) == ("model_not_found", "models"), error
+        assert f"'{model}'" in error["message"], error
+        messages.append(error["message"].replace(model, "<model>"))
+    assert messages[0] == messages[1], "a tenant admin could tell another tenant's model from no model"
+    listed = httpx.get(f"{gateway.url}/admin/keys", headers=gateway.headers(gateway.admin_key), timeout=10)
+    assert not [k for k in listed.json()["data"] if k["name"] == "useless"], "a refused key was stored"
+    # What the tenant may use is still granted.
+    _, acme_admin = gateway.create_key(tenant="acme", scopes=["admin", "chat"])
+    mine = post(gateway, acme_admin, "/admin/keys", {"name": "mine", "tenant": "acme", "models": [ACME_ONLY, SHARED]})
+    assert mine.status_code == 201, mine.text
+    assert answer(gateway, mine.json()["secret"], ACME_ONLY).status_code == 200
+    shared = post(gateway, globex_admin, "/admin/keys", {"name": "shared", "tenant": "globex", "models": [SHARED]})
+    assert shared.status_code == 201, shared.text
+
+
+def test_the_cli_refuses_a_key_naming_a_model_its_tenant_cannot_use(gateway: Gateway) -> None:
+    command = ["gateway", "keys", "create", "--config", str(gateway.config_path), "--name", "cli"]
+    refused = subprocess.run(
+        [*command, "--tenant", "globex", "--models", ACME_ONLY], capture_output=True, text=True, timeout=60
+    )
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert f"'{ACME_ONLY}'" in refused.stderr
+    assert "secret" not in refused.stdout
+    made = subprocess.run(
+        [*command, "--tenant", "acme", "--models", ACME_ONLY], capture_output=True, text=True, timeout=60
+    )
+    assert made.returncode == 0, made.stdout + made.stderr
