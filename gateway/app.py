@@ -134,13 +134,13 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
     audit = build_audit_writer(settings, store)
     epoch = StoreEpoch(store, audit)
     authenticator = build_authenticator(settings, store)
-    keys = KeyService(store, audit, on_change=authenticator.forget)
     quota = Admit(store, settings.quota)
     model_names = [m.name for m in settings.models]
     refusals = RefusalTally(
         audit, interval_s=settings.audit.refusal_interval_s, max_sources=settings.audit.refusal_max_sources
     )
     tenancy = ModelTenancy({m.name: m.tenants for m in settings.models})
+    keys = KeyService(store, audit, tenancy, on_change=authenticator.forget)
     audit_requests = AuditRequests(audit, capture=settings.audit.capture, refusals=refusals)
     policies = PolicyHolder(settings.tools.policy_file, audit)
     approvals = ApprovalService(store, audit, approval_secret(settings))

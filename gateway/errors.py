@@ -32,9 +32,10 @@ place that turns them into responses.
 
 `UpstreamError.retryable` tells the router whether another attempt may succeed.
 
-`public_message` is what a client is told. For upstream errors it never carries the upstream's
-own text (paths, stack traces, other tenants' data may be in it): that stays in `message`, which
-goes to the log and the trace.
+`public_message` is what a client is told. For upstream and store errors it never carries the
+upstream's or the driver's own text (addresses, paths, stack traces, other tenants' data may be in
+it): that stays in `message`, which goes to the log and the trace. A server-side (5xx) error's
+client text also names the request id, under which `message` is logged.
 """
 
 from __future__ import annotations
@@ -53,6 +54,9 @@ class GatewayError(Exception):
         super().__init__(message)
         self.message = message
         self.param = param
+        # Set where the request is known; a server-side error's client text names it, so that
+        # what the client was spared can be found in the log under it.
+        self.request_id: str | None = None
 
     @property
     def public_message(self) -> str:
@@ -152,9 +156,15 @@ class NoDeploymentAvailable(GatewayError):
 
 
 class StoreUnavailable(GatewayError):
+    """`message` names the operation and the driver's text (addresses, ports): for the log only."""
+
     status = 503
     type = "service_unavailable"
     code = "store_unavailable"
+
+    @property
+    def public_message(self) -> str:
+        return "The gateway's state store is unavailable; try again shortly"
 
 
 class StoreNotReached(StoreUnavailable):

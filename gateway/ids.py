@@ -10,7 +10,9 @@ processes ever hand out the same id. Not thread-safe: each owner uses it from th
 from __future__ import annotations
 
 import os
+import re
 import weakref
+from collections.abc import Mapping
 
 _POOL_BYTES = 4096  # 256 ids of 16 bytes a read
 
@@ -40,3 +42,14 @@ def _forget(owner: weakref.ref[RandomIds]) -> None:
     ids = owner()
     if ids is not None:
         ids.forget()
+
+
+# A client's X-Request-Id is kept only if it is short and plain; anything else is replaced by an
+# id of our own (not refused: the id is a convenience, and refusing would break the request).
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+def request_id_from(headers: Mapping[str, str], ids: RandomIds) -> str:
+    """The client's X-Request-Id (headers by lower-case name) if it is plain, else a new id."""
+    given = headers.get("x-request-id")
+    return given if given is not None and _REQUEST_ID.match(given) else ids.hex()

@@ -213,6 +213,8 @@ class ServerSettings(Frozen):
     # Connections that have not yet sent a whole request head (so cannot have been authenticated):
     # past this many, new connections are closed at once. Authenticated traffic is capped by quotas.
     max_unauthenticated_connections: int = Field(default=1024, ge=1)
+    # The request line and headers together; past it: 431 and the connection closed, unparsed.
+    max_header_bytes: int = Field(default=32 * 1024, ge=1024, le=1024 * 1024)
 
 
 class EmbeddedStoreSettings(Frozen):

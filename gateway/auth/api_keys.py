@@ -17,6 +17,7 @@ from typing import Any
 from gateway.audit.writer import AuditWriter
 from gateway.auth.principal import Principal, Scope
 from gateway.auth.stage import digest, new_secret
+from gateway.auth.tenancy import ModelTenancy
 from gateway.errors import InvalidRequest, NotFound, PermissionDenied
 from gateway.store.base import KeyRecord, KeyStore, Limits
 
@@ -50,12 +51,14 @@ class KeyService:
         self,
         store: KeyStore,
         audit: AuditWriter,
+        tenancy: ModelTenancy,
         *,
         on_change: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._store = store
         self._audit = audit
+        self._tenancy = tenancy
         self._on_change = on_change  # told the digest of a revoked or rotated key
         self._clock = clock
 
@@ -73,6 +76,7 @@ class KeyService:
             new, models=new.models or tuple(sorted(actor.models)), limits=_inherit(new.limits, actor.limits)
         )
         _require_within(actor, new.scopes, new.models, new.limits)
+        self._require_served(new.tenant, new.models)
         secret = new_secret()
         record = KeyRecord(
             id=f"key_{secrets.token_hex(8)}",
@@ -89,6 +93,18 @@ class KeyService:
         await self._store.put_key(record)
         await self._record(actor, "key.create", record, None, public_view(record))
         return IssuedKey(record, secret)
+
+    def _require_served(self, tenant: str, models: Sequence[str]) -> None:
+        """Every model a key names must be one its tenant may use: another tenant's model (or one
+        the config does not have) would answer it 404 forever. The same words for both, so a
+        tenant admin cannot tell another tenant's model from no model."""
+        for model in models:
+            if not self._tenancy.serves(tenant, model):
+                raise InvalidRequest(
+                    f"The model '{model}' does not exist for tenant '{tenant}'; a key cannot name it",
+                    param="models",
+                    code="model_not_found",
+                )
 
     async def list(self, actor: Principal) -> list[KeyRecord]:
         actor.require(Scope.ADMIN)

@@ -4,7 +4,9 @@ A model lists its tenants in the config; none listed means every tenant (a share
 model needs the key's tenant among them (and the model in the key's own list, if it has one).
 Managing a model - releases, canaries, rollback - changes what every tenant of it receives, so it
 needs a platform admin (`Principal.all_tenants`) or a model whose only tenant is the caller's.
-A model the caller may not use is "not found", so model names do not leak across tenants.
+A model the caller may not use is "not found", so model names do not leak across tenants; a key
+is not made for a model its tenant may not use (it would only ever get 404), and the refusal
+reads the same for another tenant's model as for one that does not exist.
 """
 
 from __future__ import annotations
@@ -25,6 +27,11 @@ class ModelTenancy:
 
     def known(self, model: str) -> bool:
         return model in self._tenants
+
+    def serves(self, tenant: str, model: str) -> bool:
+        """Whether a key of `tenant` (not a platform admin) could use `model` at all."""
+        tenants = self._tenants.get(model)
+        return tenants is not None and (not tenants or tenant in tenants)
 
     def may_use(self, principal: Principal, model: str) -> bool:
         tenants = self._tenants.get(model)

@@ -103,6 +103,7 @@ async def _demo_keys(settings: Settings) -> tuple[str, str]:
     """A chat key for the agent and an approver key for the person, both of tenant "demo"."""
     from gateway.audit.writer import AuditWriter
     from gateway.auth.api_keys import KeyService, NewKey
+    from gateway.auth.tenancy import ModelTenancy
     from gateway.cli.context import operator_principal
     from gateway.store.base import Limits
     from gateway.store.factory import open_store
@@ -110,7 +111,7 @@ async def _demo_keys(settings: Settings) -> tuple[str, str]:
     store = open_store(settings.store)
     audit = AuditWriter(store, queue_size=10, batch_size=10, flush_interval_s=0.01)
     try:
-        keys = KeyService(store, audit)
+        keys = KeyService(store, audit, ModelTenancy({m.name: m.tenants for m in settings.models}))
         agent = await keys.create(operator_principal(), NewKey("demo", "demo", limits=Limits(rpm=600, tpm=200_000)))
         person = await keys.create(operator_principal(), NewKey("demo-approver", "demo", scopes=("approver",)))
         await audit.flush()

@@ -41,8 +41,10 @@ def _csv(value: str) -> list[str]:
 
 def _service(ctx: CliContext) -> KeyService:
     from gateway.auth.api_keys import KeyService  # the service's imports only when a command runs
+    from gateway.auth.tenancy import ModelTenancy
 
-    return KeyService(ctx.store, ctx.audit)
+    # The config's models and their tenants: a key naming a model its tenant cannot use is refused.
+    return KeyService(ctx.store, ctx.audit, ModelTenancy({m.name: m.tenants for m in ctx.settings.models}))
 
 
 def _print_json(payload: Any) -> None:

@@ -83,11 +83,13 @@ def serve(app: Any, sock: socket.socket, on_ready: Callable[[], None], limits: S
     """Serve until SIGINT, SIGTERM or SIGHUP, then return; `on_ready` runs once the app has started
     and accepts.
 
-    With `limits` (the server settings), slow or never-finished request heads are cut and connections waiting
-    for one are capped (`gateway/http/connection_guard.py`)."""
+    With `limits` (the server settings), slow, never-finished or oversized request heads are cut and
+    connections waiting for one are capped (`gateway/http/connection_guard.py`)."""
     http: Any = "httptools" if importlib.util.find_spec("httptools") else "h11"
     if limits is not None:
-        http = guarded_protocol(limits.header_timeout_s, limits.max_unauthenticated_connections)
+        http = guarded_protocol(
+            limits.header_timeout_s, limits.max_unauthenticated_connections, max_head_bytes=limits.max_header_bytes
+        )
     config = uvicorn.Config(
         app,
         log_level="warning",

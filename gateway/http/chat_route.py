@@ -15,14 +15,16 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.errors import GatewayError
-from gateway.http.errors import on_gateway_error
+from gateway.http.errors import error_response_for
 from gateway.http.openai_api import CHAT_COMPLETIONS, OpenAIApi
+from gateway.ids import RandomIds
 
 
 class ChatCompletionsFirst:
     def __init__(self, app: ASGIApp, api: OpenAIApi) -> None:
         self._app = app
         self._api = api
+        self._ids = RandomIds()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "POST" or _route_path(scope) != CHAT_COMPLETIONS:
@@ -32,7 +34,7 @@ class ChatCompletionsFirst:
         try:
             response = await self._api.chat_completions(request)
         except GatewayError as error:
-            response = await on_gateway_error(request, error)
+            response = error_response_for(request, error, self._ids)
         await response(scope, receive, send)
 
 

@@ -6,6 +6,11 @@ a connection cannot have been authenticated, so this is also the cap on unauthen
 connections; after that, an authenticated client is bounded by its quotas and the body timeout
 (`server.body_timeout_s`, enforced where the body is read).
 
+Nor does uvicorn bound a head's size with httptools (only its h11 path has a limit): an 8 MiB
+header was read, copied and parsed whole before the app could answer 401, +17 MB of RSS a
+request. The parser is fed at most `max_head_bytes` of a head (the request line and headers);
+a head that has not ended by then is answered 431 and the connection closed, unparsed beyond it.
+
 A response's head and its body come in two ASGI sends, which uvicorn writes one by one: two
 `write` system calls (on loopback each runs the whole TCP path to the peer) and two segments the
 client wakes up for. `OneWritePerTurn` holds what is written during one turn of the event loop
@@ -19,9 +24,24 @@ import asyncio
 import logging
 from typing import Any
 
+import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from gateway.http.errors import error_body
+
 _BUSY = b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+# Like common proxies (nginx 4 x 8 KiB, Node.js 16 KiB, Go 1 MiB): room for large cookies and
+# tokens, and far from what a client needs to send to cost the server memory.
+MAX_HEAD_BYTES = 32 * 1024
+
+
+def _too_large(limit: int) -> bytes:
+    """431 in OpenAI's error shape, for a head that does not end within `limit` bytes."""
+    message = f"The request line and headers must end within {limit} bytes"
+    body = orjson.dumps(error_body(message, "invalid_request_error", "request_header_fields_too_large"))
+    head = "HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\n"
+    head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    return head.encode() + body
 
 
 class OneWritePerTurn:
@@ -66,12 +86,17 @@ class _Pending:
 
 
 def guarded_protocol(
-    header_timeout_s: float, max_pending: int, logger: logging.Logger | None = None
+    header_timeout_s: float,
+    max_pending: int,
+    logger: logging.Logger | None = None,
+    max_head_bytes: int = MAX_HEAD_BYTES,
 ) -> type[HttpToolsProtocol]:
     """The httptools protocol of uvicorn, closing a connection whose request head does not arrive
-    within `header_timeout_s`, and refusing new connections while `max_pending` are waiting.
-    `logger`: where its connections and requests log (uvicorn's own log when None)."""
+    within `header_timeout_s` or `max_head_bytes`, and refusing new connections while
+    `max_pending` are waiting. `logger`: where its connections and requests log (uvicorn's own
+    log when None)."""
     pending = _Pending(max_pending)
+    too_large = _too_large(max_head_bytes)
 
     class GuardedProtocol(HttpToolsProtocol):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -81,6 +106,8 @@ def guarded_protocol(
             self._head_timer: asyncio.TimerHandle | None = None
             self._awaiting_head = False
             self._writes: OneWritePerTurn | None = None
+            # Bytes a head may still take; None while a body is read (the body has its own limits).
+            self._head_room: int | None = max_head_bytes
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -96,9 +123,36 @@ def guarded_protocol(
             if not self._awaiting_head:
                 self._await_head()  # the next request on a kept-alive connection
 
+        def data_received(self, data: bytes) -> None:
+            while data and not self.transport.is_closing():
+                room = self._head_room
+                if room == 0:  # the head is at the cap and has not ended
+                    self._refuse_head()
+                    return
+                if room is None or len(data) <= room:
+                    if room is not None:
+                        self._head_room = room - len(data)
+                    super().data_received(data)
+                    return
+                # Only what the head may still take; the parser's callbacks say where it ended.
+                piece, data = data[:room], data[room:]
+                self._head_room = 0
+                super().data_received(piece)
+
         def on_headers_complete(self) -> None:
+            self._head_room = None
             self._head_arrived()
             super().on_headers_complete()
+
+        def on_message_complete(self) -> None:
+            super().on_message_complete()
+            self._head_room = max_head_bytes  # the next request on the connection starts its head
+
+        def _refuse_head(self) -> None:
+            # Not in the middle of another response (a pipelined request): then only the close.
+            if self.cycle is None or self.cycle.response_complete:
+                self.transport.write(too_large)
+            self.transport.close()
 
         def on_response_complete(self) -> None:
             if self._writes is not None:

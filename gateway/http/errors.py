@@ -14,6 +14,7 @@ from starlette.responses import Response
 
 from common.problems import key_path
 from gateway.errors import GatewayError, StoreCorrupt
+from gateway.ids import RandomIds, request_id_from
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +31,14 @@ def error_body(message: str, error_type: str, code: str, param: str | None = Non
 
 
 def gateway_error_body(error: GatewayError) -> dict[str, Any]:
-    return error_body(error.public_message, error.type, error.code, error.param)
+    """The client's view of `error`. A server-side one names its request, and its detail (which
+    the client is never told) is logged under that id: the one place both happen, so every 5xx
+    body and in-band error event, whoever renders it, can be traced to its cause."""
+    message = error.public_message
+    if error.status >= 500 and error.request_id is not None:
+        message = f"{message} (request {error.request_id})"
+        log.warning("request %s failed: %s (%s)", error.request_id, error.message, error.code)
+    return error_body(message, error.type, error.code, error.param)
 
 
 def stream_failure(exc: Exception) -> GatewayError:
@@ -50,15 +58,20 @@ def _json(status: int, body: dict[str, Any], headers: dict[str, str] | None = No
 
 
 def gateway_error_response(error: GatewayError) -> Response:
-    return _json(error.status, gateway_error_body(error), error.headers())
+    headers = error.headers()
+    if error.request_id is not None:
+        headers = {**headers, "X-Request-Id": error.request_id}
+    return _json(error.status, gateway_error_body(error), headers)
 
 
-async def on_gateway_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, GatewayError)
-    if isinstance(exc, StoreCorrupt):
+def error_response_for(request: Request, error: GatewayError, ids: RandomIds) -> Response:
+    """A route's error, named by the request's id when the route did not name it (admin, sessions)."""
+    if isinstance(error, StoreCorrupt):
         # The operator's cue: which record and why (the client is told which record only).
-        log.error("%s %s: %s", request.method, request.url.path, exc.message)
-    return gateway_error_response(exc)
+        log.error("%s %s: %s", request.method, request.url.path, error.message)
+    if error.request_id is None and error.status >= 500:
+        error.request_id = request_id_from(request.headers, ids)
+    return gateway_error_response(error)
 
 
 async def _on_http_exception(request: Request, exc: Exception) -> Response:
@@ -85,6 +98,12 @@ async def _on_unexpected(request: Request, exc: Exception) -> Response:
 
 
 def install_error_handlers(app: FastAPI) -> None:
+    ids = RandomIds()
+
+    async def on_gateway_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, GatewayError)
+        return error_response_for(request, exc, ids)
+
     app.add_exception_handler(GatewayError, on_gateway_error)
     app.add_exception_handler(HTTPException, _on_http_exception)
     app.add_exception_handler(RequestValidationError, _on_validation_error)

@@ -11,8 +11,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-import re
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -29,7 +28,7 @@ from gateway.http.errors import gateway_error_body, gateway_error_response
 from gateway.http.requests import read_body
 from gateway.http.stream_events import StreamEvents
 from gateway.http.streamed_response import StreamedResponse
-from gateway.ids import RandomIds
+from gateway.ids import RandomIds, request_id_from
 from gateway.pipeline import Handler, RequestContext
 from gateway.sessions.manager import SessionManager
 from gateway.settings import ServerSettings
@@ -39,9 +38,6 @@ log = logging.getLogger(__name__)
 
 CHAT_COMPLETIONS = "/v1/chat/completions"
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-# A client's X-Request-Id is kept only if it is short and plain; anything else is replaced by an
-# id of our own (not refused: the id is a convenience, and refusing would break the request).
-_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
 def header_map(scope: AsgiScope) -> dict[str, str]:
@@ -52,11 +48,6 @@ def header_map(scope: AsgiScope) -> dict[str, str]:
     for name, value in scope["headers"]:
         headers.setdefault(name.decode("latin-1"), value.decode("latin-1"))
     return headers
-
-
-def request_id_from(headers: Mapping[str, str], ids: RandomIds) -> str:
-    given = headers.get("x-request-id")
-    return given if given is not None and _REQUEST_ID.match(given) else ids.hex()
 
 
 class OpenAIApi:
@@ -93,6 +84,10 @@ class OpenAIApi:
         chunks = self.pipeline(ctx)
         try:
             first = await anext(chunks, None)
+        except GatewayError as error:
+            await chunks.aclose()
+            error.request_id = ctx.request_id  # named in a 5xx's message and header
+            raise
         except BaseException:
             await chunks.aclose()
             raise
@@ -166,6 +161,7 @@ async def _collect(
     try:
         body = await _completion(ctx, first, chunks, sessions)
     except GatewayError as error:
+        error.request_id = ctx.request_id
         return gateway_error_response(error)
     # Headers decided while the answer was generated (X-Approval-Id) are known only now.
     return Response(body, media_type="application/json", headers={**headers, **ctx.response_headers})
@@ -191,6 +187,7 @@ async def _kept_alive(
         try:
             yield collecting.result()
         except GatewayError as error:
+            error.request_id = ctx.request_id
             yield dumps(gateway_error_body(error))
     finally:
         if not collecting.done():

@@ -12,6 +12,7 @@ from gateway.auth.principal import Principal, Scope
 from gateway.auth.stage import Authenticator
 from gateway.errors import InvalidRequest
 from gateway.http.streamed_response import StreamedResponse
+from gateway.ids import RandomIds, request_id_from
 from gateway.sessions.manager import SessionManager
 from gateway.wire import dumps
 
@@ -25,6 +26,7 @@ class SessionsApi:
     def __init__(self, sessions: SessionManager, authenticator: Authenticator) -> None:
         self._sessions = sessions
         self._authenticator = authenticator
+        self._ids = RandomIds()
 
     def routes(self) -> list[BaseRoute]:
         return [
@@ -45,7 +47,8 @@ class SessionsApi:
         if not _SEQ.match(after):
             raise InvalidRequest("Last-Event-ID must be a sequence number (1-15 digits)", param="Last-Event-ID")
         session_id = request.path_params["session_id"]
-        frames = await self._sessions.resume(principal, session_id, int(after))
+        request_id = request_id_from(request.headers, self._ids)
+        frames = await self._sessions.resume(principal, session_id, int(after), request_id)
         headers = {**_SSE_HEADERS, "X-Session-Id": session_id}
         return StreamedResponse(frames, media_type="text/event-stream", headers=headers)
 

@@ -42,6 +42,7 @@ class StreamEvents:
                 yield dumps(self._renderer.render_usage(self._ctx.usage))
         except Exception as exc:  # noqa: BLE001 (a bug too gets a clean end; stream_failure logs it)
             self.failure = stream_failure(exc)
+            self.failure.request_id = self._ctx.request_id
 
     def failure_payload(self) -> bytes:
         assert self.failure is not None

@@ -63,9 +63,11 @@ class SessionManager:
         `on_client_disconnect: cancel`."""
         return self._readers.frames(live, after_seq)
 
-    async def resume(self, principal: Principal, session_id: str, after_seq: int) -> AsyncIterator[bytes]:
+    async def resume(
+        self, principal: Principal, session_id: str, after_seq: int, request_id: str | None = None
+    ) -> AsyncIterator[bytes]:
         """Frames after `after_seq` of a session's latest response (see `Readers.resume`)."""
-        return await self._readers.resume(principal, session_id, after_seq)
+        return await self._readers.resume(principal, session_id, after_seq, request_id)
 
     async def transcript(self, principal: Principal, session_id: str) -> dict[str, Any]:
         state = await self._store.session_load(principal.tenant, session_id)

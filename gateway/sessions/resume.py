@@ -64,7 +64,9 @@ class Readers:
             if live.readers == 0 and not live.log.closed and policy is DisconnectPolicy.CANCEL and live.producer:
                 live.producer.cancel()
 
-    async def resume(self, principal: Principal, session_id: str, after_seq: int) -> AsyncIterator[bytes]:
+    async def resume(
+        self, principal: Principal, session_id: str, after_seq: int, request_id: str | None = None
+    ) -> AsyncIterator[bytes]:
         """Frames after `after_seq` of a session's latest response: from memory if this replica
         is streaming it, else from the checkpoint, taking the session over if its owner died."""
         live = self._live.by_key.get((principal.tenant, session_id))
@@ -78,10 +80,10 @@ class Readers:
         if state.status == "streaming":
             # Checked now, while the client can still get an error status: a takeover needs these.
             takeover_fields(state, session_id)
-        return self._from_store(principal, session_id, state, after_seq)
+        return self._from_store(principal, session_id, state, after_seq, request_id)
 
     async def _from_store(
-        self, principal: Principal, session_id: str, state: SessionState, after_seq: int
+        self, principal: Principal, session_id: str, state: SessionState, after_seq: int, request_id: str | None
     ) -> AsyncIterator[bytes]:
         frames = self._stored_frames(principal, session_id, state, after_seq)
         async with contextlib.aclosing(frames):
@@ -89,7 +91,9 @@ class Readers:
                 async for frame in frames:
                     yield frame
             except Exception as exc:  # noqa: BLE001 (headers are sent: the client gets an in-band end)
-                yield sse.event(gateway_error_body(stream_failure(exc)))
+                failure = stream_failure(exc)
+                failure.request_id = request_id
+                yield sse.event(gateway_error_body(failure))
                 yield sse.DONE
 
     async def _stored_frames(

@@ -18,7 +18,10 @@ CHAT = {"model": "sim-model", "messages": [{"role": "user", "content": "hi"}], "
 @pytest.fixture(scope="module")
 def gateway(sim_pair: list[Announced], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     path: Path = tmp_path_factory.mktemp("security")
-    with running_gateway(path, gateway_config(deployment("a", sim_pair[0]))) as running:
+    config = gateway_config(deployment("a", sim_pair[0]))
+    # A second model, so that a key can be limited to a model other than the one it asks for.
+    config["models"].append({"name": "other-model", "deployments": [deployment("b", sim_pair[0])]})
+    with running_gateway(path, config) as running:
         yield running
 
 
@@ -86,7 +89,7 @@ def test_model_outside_the_keys_list_is_404(gateway: Gateway) -> None:
     assert reply.status_code == 404
     assert reply.json()["error"]["code"] == "model_not_found"
     models = httpx.get(f"{gateway.url}/v1/models", headers=gateway.headers(secret), timeout=10).json()
-    assert models["data"] == []
+    assert [m["id"] for m in models["data"]] == ["other-model"]
 
 
 def test_other_tenants_keys_are_404_on_every_id_endpoint(gateway: Gateway) -> None:

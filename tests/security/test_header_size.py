@@ -89,7 +89,9 @@ def test_an_8_mib_header_is_refused_after_reading_about_the_cap(gateway: Gateway
             answers.append(send_huge_header(sock))
     read = _proc(gateway, "rchar") - read_before
     rss = _proc(gateway, "VmRSS") - rss_before
-    print(f"\n4 requests with an 8 MiB header: the gateway read {read / 2**20:.2f} MiB, RSS {rss / 1024:+.1f} MiB")
+    answered = sum(a.startswith(b"HTTP/1.1 431 ") for a in answers)
+    figures = f"the gateway read {read / 2**20:.2f} MiB, RSS {rss / 1024:+.1f} MiB, {answered} answered 431"
+    print(f"\n4 requests with an 8 MiB header: {figures}")
     for answer in answers:
         assert not answer.startswith(b"HTTP/1.1 401"), "the whole head was read and parsed"
         assert answer == b"" or answer.startswith(b"HTTP/1.1 431 "), answer[:200]
