@@ -13,6 +13,7 @@ place that turns them into responses.
     ├── PermissionDenied            403  permission_error
     ├── NotFound                    404  not_found_error
     │   └── ModelNotFound           404
+    ├── MethodNotAllowed            405  invalid_request_error (GET /mcp: no standalone stream)
     ├── Conflict                    409  conflict           (an approval already decided)
     ├── RateLimited                 429  rate_limit_error   (Retry-After)
     │   ├── InsufficientQuota       429  insufficient_quota (a token budget is spent)
@@ -112,6 +113,19 @@ class NotFound(GatewayError):
 class ModelNotFound(NotFound):
     type = "invalid_request_error"
     code = "model_not_found"
+
+
+class MethodNotAllowed(GatewayError):
+    status = 405
+    type = "invalid_request_error"
+    code = "method_not_allowed"
+
+    def __init__(self, message: str, *, allow: str) -> None:
+        super().__init__(message)
+        self.allow = allow
+
+    def headers(self) -> dict[str, str]:
+        return {"Allow": self.allow}
 
 
 class Conflict(GatewayError):

@@ -24,7 +24,7 @@ from starlette.types import Receive, Scope, Send
 from gateway.auth.principal import Principal
 from gateway.auth.principal import Scope as KeyScope
 from gateway.auth.stage import Authenticator
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, MethodNotAllowed
 from gateway.http.errors import gateway_error_response
 from gateway.mcp.service import McpGateway
 
@@ -65,6 +65,11 @@ class McpEndpoint:
         try:
             principal = await self._authenticator.authenticate(headers)
             principal.require(KeyScope.CHAT)
+            if scope["method"] == "GET":
+                # The standalone SSE stream carries server-initiated messages, which a stateless
+                # endpoint never sends; held open it would count against no lease and no audit.
+                # The specification allows 405 here, and the SDK's client takes it as "none".
+                raise MethodNotAllowed("This MCP endpoint is stateless: it offers no GET stream.", allow="POST")
         except GatewayError as error:
             await gateway_error_response(error)(scope, receive, send)
             return

@@ -62,13 +62,15 @@ class _Trail:
     decision: str = "none"
     status: str = "pending"
     approval_id: str | None = None
+    arguments_sha256: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class CallOutcome:
     result: types.CallToolResult
     decision: str  # allow, deny, approved, rejected, expired
-    status: str  # ok, tool_error, denied, not_approved, upstream_unavailable, upstream_error, too_large
+    # ok, tool_error, denied, invalid_arguments, not_approved, upstream_unavailable, upstream_error, too_large
+    status: str
 
 
 class McpGateway:
@@ -126,11 +128,10 @@ class McpGateway:
         """Judge, hold, forward; one audit record whatever happens (a slot is taken first, so the
         record of a call the client abandoned, or that failed, is written too)."""
         started = time.monotonic()
-        arguments_json = orjson.dumps(arguments).decode()
         trail = _Trail(call_id=f"mcp_{secrets.token_hex(8)}")
         await self._audit.reserve()
         try:
-            outcome = await self._metered(principal, trail, name, arguments, arguments_json, progress)
+            outcome = await self._metered(principal, trail, name, arguments, progress)
             trail.decision, trail.status = outcome.decision, outcome.status
             return outcome.result
         except BaseException:
@@ -151,7 +152,7 @@ class McpGateway:
                     "decision": trail.decision,
                     "status": trail.status,
                     "approval_id": trail.approval_id,
-                    "arguments_sha256": hashlib.sha256(arguments_json.encode()).hexdigest(),
+                    "arguments_sha256": trail.arguments_sha256,
                     "duration_ms": round((time.monotonic() - started) * 1000, 3),
                 }
             )
@@ -162,13 +163,12 @@ class McpGateway:
         trail: _Trail,
         name: str,
         arguments: dict[str, Any],
-        arguments_json: str,
         progress: ProgressReporter,
     ) -> CallOutcome:
         """Counted before it is judged, so that probing for tools costs like any request."""
         try:
             async with self._quota.metered(principal):
-                return await self._judge_and_run(principal, trail, name, arguments, arguments_json, progress)
+                return await self._judge_and_run(principal, trail, name, arguments, progress)
         except RateLimited as limited:
             return _refused(f"{limited.message} (retry after {limited.retry_after_s:g}s)", "none", "rate_limited")
         except StoreUnavailable:
@@ -180,9 +180,11 @@ class McpGateway:
         trail: _Trail,
         name: str,
         arguments: dict[str, Any],
-        arguments_json: str,
         progress: ProgressReporter,
     ) -> CallOutcome:
+        arguments_json = _encoded(arguments)
+        if arguments_json is not None:
+            trail.arguments_sha256 = hashlib.sha256(arguments_json.encode()).hexdigest()
         server_name, _, tool = name.partition(SEPARATOR)
         server = self.servers.get(server_name)
         engine = self._policies.engine
@@ -190,6 +192,9 @@ class McpGateway:
         if server is None or not any(t.name == tool for t in server.tools) or not engine.may_use(policy, name):
             # Unlisted and not allowed look the same: a key learns nothing about tools it may not use.
             return _refused(f"Unknown tool: {name}", "deny", "denied")
+        if arguments_json is None:
+            text = f"The gateway refused the call to '{name}': an integer in its arguments is beyond the 64-bit range."
+            return _refused(text, "deny", "invalid_arguments")
         decision = engine.decide(policy, name, arguments_json)
         if isinstance(decision, Deny):
             return _refused(f"The gateway refused the call to '{name}': {decision.reason}", "deny", "denied")
@@ -258,6 +263,16 @@ class McpGateway:
             text = f"The result of '{tool}' is too large ({size} bytes; the limit is {limit})."
             return _refused(text, decision, "too_large")
         return CallOutcome(result, decision, "tool_error" if result.is_error else "ok")
+
+
+def _encoded(arguments: dict[str, Any]) -> str | None:
+    """The arguments as the policy, the approval and the audit digest see them; None when orjson
+    cannot encode them. Arguments arrive as parsed JSON, so the one thing it refuses is an integer
+    past 64 bits (it names no other cause a client could send)."""
+    try:
+        return orjson.dumps(arguments).decode()
+    except orjson.JSONEncodeError:
+        return None
 
 
 def _refused(text: str, decision: str, status: str) -> CallOutcome:
