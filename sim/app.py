@@ -27,7 +27,7 @@ from sim.profile import SimProfile
 from sim.reply import RequestError, plan_reply
 from sim.respond import ChatResponse, StallResponse
 from sim.state import SimState
-from sim.wire import error_body
+from sim.wire import dumps, error_body
 
 __all__ = ["SimProfile", "create_sim_app"]
 
@@ -53,7 +53,7 @@ def create_sim_app(profile: SimProfile | None = None) -> Starlette:
 
 
 def json_response(payload: Any, status: int = 200) -> Response:
-    return Response(orjson.dumps(payload), status_code=status, media_type=_JSON)
+    return Response(dumps(payload), status_code=status, media_type=_JSON)
 
 
 def error_response(

@@ -15,9 +15,6 @@ import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from dataclasses import dataclass
-from typing import Any
-
-import orjson
 
 from gateway.auth.principal import Principal
 from gateway.backends.base import Chunk
@@ -27,17 +24,11 @@ from gateway.pipeline import Handler, RequestContext
 from gateway.settings import FailMode, QuotaSettings
 from gateway.store.base import AdmitRequest, AdmitResult, Limits, QuotaScope, QuotaStore, Reservation, ScopeUsage
 from gateway.store.session_record import QuotaHold
+from gateway.tokens import estimate_prompt_tokens
 
 log = logging.getLogger("gateway.quota")  # its name as gateway/quota.py: operators filter by it
 
 _RETRY_S = (0.05, 1.0)  # settling against a store that is down: first retry, longest wait
-
-
-def estimate_prompt_tokens(body: dict[str, Any]) -> int:
-    # ~4 characters per token is the usual rule of thumb; it only needs to be in the right
-    # range, since the reservation is reconciled with the upstream's real usage.
-    size = len(orjson.dumps(body.get("messages", ()))) + len(orjson.dumps(body.get("tools", ())))
-    return size // 4 + 1
 
 
 def rate_limit_headers(usage: dict[str, ScopeUsage], scopes: tuple[QuotaScope, ...]) -> dict[str, str]:
