@@ -152,8 +152,8 @@ def test_usage_reported_as_zero_is_charged_what_was_relayed(
     statuses = []
     for index in range(10):
         gateway = (first, second)[index % 2]
-        ask = {"json": body_for(stream), "headers": gateway.headers(key), "timeout": 30}
-        reply = httpx.post(f"{gateway.url}/v1/chat/completions", **ask)
+        url, headers = f"{gateway.url}/v1/chat/completions", gateway.headers(key)
+        reply = httpx.post(url, json=body_for(stream), headers=headers, timeout=30)
         statuses.append(reply.status_code)
         if reply.status_code == 200:
             text, _, usage = answer_of(reply, stream)
@@ -191,10 +191,11 @@ def test_impossible_usage_is_replaced_by_the_gateways_count_and_the_connection_k
     `audit_error` record that lost the key, tenant and model (issue 29 item 3)."""
     first, _ = replicas
     set_faults(sim, usage=lie)
+    _, key = first.create_key(tpm=100_000)  # metered: the record says what was charged
     request_ids = {f"usage-{uuid.uuid4().hex[:8]}", f"usage-{uuid.uuid4().hex[:8]}"}
     with httpx.Client(timeout=30) as client:  # one keep-alive connection for both requests
         for request_id in sorted(request_ids):
-            headers = {**first.headers(), "X-Request-Id": request_id}
+            headers = {**first.headers(key), "X-Request-Id": request_id}
             reply = client.post(
                 f"{first.url}/v1/chat/completions", json=body_for(stream, max_tokens=8), headers=headers
             )
