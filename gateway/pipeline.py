@@ -35,6 +35,7 @@ from gateway.routing.router import RouteLog, Router
 from gateway.store.release_record import Release
 from gateway.store.session_record import QuotaHold
 from gateway.telemetry.request_trace import RequestTrace
+from gateway.tokens import counted, estimate_prompt_tokens, floor_tokens, output_characters
 
 Handler = Callable[["RequestContext"], AsyncGenerator[Chunk, None]]
 
@@ -45,8 +46,9 @@ class RequestContext:
     it; every other stage only reads it (tests/test_pipeline.py holds this for gateway/). Two
     fields are shared on purpose: `body` is rewritten in stage order (ParseRequest parses it,
     AppendHistory puts the session's history in front, ApplyRelease the release's system prompt,
-    ToolPolicy strips tools), each stage seeing what the earlier ones made; `response_headers`
-    collects each stage's own headers, sent by the HTTP layer with the first chunk."""
+    ToolPolicy strips tools, Admit sets the reserved max_tokens), each stage seeing what the
+    earlier ones made; `response_headers` collects each stage's own headers, sent by the HTTP
+    layer with the first chunk."""
 
     # The HTTP layer (http/openai_api.py), or a session reader taking a session over
     # (sessions/resume.py), when it builds the context.
@@ -102,6 +104,10 @@ class RequestContext:
     route: RouteLog = field(default_factory=RouteLog)
     usage: Usage = field(default_factory=Usage)
     ttft_s: float | None = None
+    relayed_tokens: int = 0  # the gateway's own floor count of the output it passed on (tokens.py)
+
+    # Admit, when the request was metered: what the quota was settled with.
+    charged_tokens: int | None = None
 
     # AuditRequests (audit/stage.py): the assistant text, for the record's digests.
     completion_text: list[str] = field(default_factory=list)
@@ -146,20 +152,29 @@ class ResolveModel:
 
 
 class Meter:
-    """Sums usage over every attempt, keeps it off the content stream, and times the first token.
+    """Sums usage over every attempt, keeps it off the content stream, times the first token, and
+    counts what it relays: the floor under the usage the upstream reports (gateway/tokens.py).
 
     The HTTP layer sends `ctx.usage` as the final chunk when the client asked for usage.
     """
 
     async def __call__(self, ctx: RequestContext, call_next: Handler) -> AsyncGenerator[Chunk, None]:
+        events = characters = 0
         async with contextlib.aclosing(call_next(ctx)) as chunks:
             async for chunk in chunks:
                 if chunk.usage is not None:
                     ctx.usage += chunk.usage
                     chunk.usage = None
+                if chunk.content or chunk.reasoning or chunk.tool_calls:
+                    events += len(chunk.pieces) or 1
+                    characters += output_characters(chunk)
+                    ctx.relayed_tokens = max(events, floor_tokens(characters))
                 if ctx.ttft_s is None and chunk.carries_output:
                     ctx.ttft_s = time.monotonic() - ctx.started
                 yield chunk
+        # Before the HTTP layer renders it: the client is shown what it is billed.
+        estimate = ctx.estimated_prompt_tokens or estimate_prompt_tokens(ctx.body)
+        ctx.usage = counted(ctx.usage, estimate, ctx.relayed_tokens)
 
 
 class Call:

@@ -18,6 +18,8 @@ _DELTA_KNOWN = frozenset({"role", "content", "reasoning_content", "reasoning", "
 _CHOICE_KNOWN = frozenset({"index", "delta", "finish_reason", "message"})
 _CHUNK_KNOWN = frozenset({"id", "object", "created", "model", "choices", "usage"})
 _USAGE_KNOWN = frozenset({"prompt_tokens", "completion_tokens", "total_tokens"})
+# No request comes near this many tokens (10**12); a figure past it is a broken upstream.
+MAX_TOKEN_COUNT = 10**12
 # A chunk and its choice with these fields at most may be plain text (`plain_text`).
 _PLAIN_CHUNK = frozenset({"id", "object", "created", "model", "choices"})
 _PLAIN_CHOICE = frozenset({"index", "delta", "finish_reason", "logprobs"})
@@ -91,14 +93,31 @@ def _unknown(fields: dict[str, Any], known: frozenset[str]) -> dict[str, Any]:
 
 
 def usage_from_openai(usage: dict[str, Any]) -> Usage:
-    prompt = int(usage.get("prompt_tokens") or 0)
-    completion = int(usage.get("completion_tokens") or 0)
-    return Usage(
-        prompt_tokens=prompt,
-        completion_tokens=completion,
-        total_tokens=int(usage.get("total_tokens") or prompt + completion),
-        extra={k: v for k, v in usage.items() if k not in _USAGE_KNOWN},
-    )
+    """The upstream's usage; an untrusted, empty one when a figure is not a count a real answer
+    can have, or a breakdown will not encode (a 2**64 in `prompt_tokens_details`)."""
+    prompt, completion = _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
+    total = _count(usage.get("total_tokens")) if usage.get("total_tokens") else (prompt or 0) + (completion or 0)
+    extra = {k: v for k, v in usage.items() if k not in _USAGE_KNOWN}
+    if prompt is None or completion is None or total is None or not _encodes(extra):
+        return Usage(trusted=False)
+    return Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=total, extra=extra)
+
+
+def _count(value: Any) -> int | None:
+    """A token count as reported (absent is 0), or None for one that cannot be."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOKEN_COUNT:
+        return None
+    return value
+
+
+def _encodes(extra: dict[str, Any]) -> bool:
+    try:
+        orjson.dumps(extra)
+    except orjson.JSONEncodeError:
+        return False
+    return True
 
 
 def _tool_call_delta(raw: Any) -> ToolCallDelta:

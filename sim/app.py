@@ -11,6 +11,7 @@ Routes:
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -26,7 +27,7 @@ from sim.profile import SimProfile
 from sim.reply import RequestError, plan_reply
 from sim.respond import ChatResponse, StallResponse
 from sim.state import SimState
-from sim.wire import error_body
+from sim.wire import dumps, error_body
 
 __all__ = ["SimProfile", "create_sim_app"]
 
@@ -52,13 +53,21 @@ def create_sim_app(profile: SimProfile | None = None) -> Starlette:
 
 
 def json_response(payload: Any, status: int = 200) -> Response:
-    return Response(orjson.dumps(payload), status_code=status, media_type=_JSON)
+    return Response(dumps(payload), status_code=status, media_type=_JSON)
 
 
 def error_response(
     status: int, message: str, param: str | None = None, headers: dict[str, str] | None = None
 ) -> Response:
     return Response(error_body(message, status, param), status_code=status, media_type=_JSON, headers=headers)
+
+
+def _with_length(body: object, faults: Faults) -> object:
+    """The body as a backend that ignores the client's limit and writes `faults.length` tokens sees it."""
+    if faults.length is None or not isinstance(body, dict):
+        return body
+    unlimited = {k: v for k, v in body.items() if k not in ("max_tokens", "max_completion_tokens")}
+    return {**unlimited, "max_tokens": faults.length}
 
 
 def fault_status_response(faults: Faults) -> Response:
@@ -116,9 +125,13 @@ class _Handlers:
         except ClientDisconnect:
             return Response(status_code=499)
         try:
-            reply = plan_reply(body, echo_tool_results=self._state.profile.echo_tool_results)
+            reply = plan_reply(_with_length(body, faults), echo_tool_results=self._state.profile.echo_tool_results)
         except RequestError as exc:
             return error_response(400, exc.message, param=exc.param)
+        if faults.length is not None and reply.tool_call is None:
+            reply = dataclasses.replace(reply, finish_reason="stop")  # it ignored the limit: no "length"
+        if faults.usage is not None:
+            reply = dataclasses.replace(reply, reported_usage=faults.usage)
         return ChatResponse(self._state, reply, faults)
 
     async def models(self, request: Request) -> Response:

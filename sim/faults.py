@@ -52,6 +52,11 @@ class Faults:
     error_rate: Annotated[float, Field(ge=0, le=1)] = 0.0
     inband_error_after: _Count | None = None
     malformed_after: _Count | None = None
+    # Misreporting backends: `length` tokens whatever max_tokens says, `chunk_tokens` tokens in
+    # each streamed event, and every usage figure reported as `usage` (0, -1, 1.5, 2**64, 1e308).
+    length: Annotated[int, Field(ge=1)] | None = None
+    chunk_tokens: Annotated[int, Field(ge=1)] = 1
+    usage: int | float | None = None
 
     def first_positional(self) -> tuple[int, PositionalFault] | None:
         """The earliest positional fault; on a tie the harsher one wins (abort before stall...)."""

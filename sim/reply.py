@@ -44,6 +44,7 @@ class Reply:
     tool_call: ToolCall | None
     finish_reason: str
     prompt_tokens: int
+    reported_usage: int | float | None = None  # a fault: every usage figure says this instead
 
     @property
     def steps(self) -> int:
@@ -77,14 +78,18 @@ def plan_reply(body: object, *, echo_tool_results: bool = False) -> Reply:
     stream = _flag(body, "stream")
     options = body.get("stream_options")
     include_usage = isinstance(options, dict) and options.get("include_usage") is True
-    prompt_tokens = count_prompt_tokens(messages)
+    prefix = trailing_prefill(messages)
+    # A continued answer's prefix is prompt, but not a new turn: vLLM's continue_final_message
+    # reuses the generation prompt the first request had, so only the prefix's own tokens add.
+    prompt_tokens = (
+        count_prompt_tokens(messages) if prefix is None else count_prompt_tokens(messages[:-1]) + len(prefix.split())
+    )
     common: dict[str, Any] = {
         "model": model,
         "stream": stream,
         "include_usage": include_usage,
         "prompt_tokens": prompt_tokens,
     }
-    prefix = trailing_prefill(messages)
     answered = messages[:-1] if prefix is not None else messages
     if echo_tool_results and answered and answered[-1].get("role") == "tool":
         return _quote_tool_result(answered[-1], prefix or "", max_tokens, common)

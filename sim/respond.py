@@ -12,8 +12,6 @@ import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-import orjson
-
 from sim.faults import Faults, PositionalFault
 from sim.reply import Reply
 from sim.state import SimState
@@ -22,6 +20,7 @@ from sim.wire import (
     SSE_MEDIA_TYPE,
     ChunkEncoder,
     completion_body,
+    dumps,
     error_body,
     new_completion_id,
     sse_error,
@@ -116,7 +115,8 @@ class ChatResponse:
     def _steps(self, encoder: ChunkEncoder) -> list[bytes]:
         call = self._reply.tool_call
         if call is None:
-            return [encoder.content(token) for token in self._reply.tokens]
+            tokens, size = self._reply.tokens, self._faults.chunk_tokens
+            return [encoder.content("".join(tokens[i : i + size])) for i in range(0, len(tokens), size)]
         return [encoder.tool_header(call), *(encoder.tool_arguments(f) for f in call.fragments())]
 
     async def _stream(self, send: Send, watcher: asyncio.Future[None]) -> bool:
@@ -170,7 +170,7 @@ class ChatResponse:
         await asyncio.sleep(pacer.total(steps))
         if watcher.done():
             return False
-        body = orjson.dumps(completion_body(reply, new_completion_id(), int(time.time())))
+        body = dumps(completion_body(reply, new_completion_id(), int(time.time())))
         fault = self._fault_at(steps)
         if fault is PositionalFault.STALL:
             await watcher

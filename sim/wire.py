@@ -6,6 +6,7 @@ is the same for every chunk of a stream and only serialises the token itself.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from typing import Any
@@ -31,6 +32,14 @@ _ERROR_TYPES = {
 }
 
 
+def dumps(document: Any) -> bytes:
+    """orjson, or the standard library for what orjson refuses (a usage fault's 2**64)."""
+    try:
+        return orjson.dumps(document)
+    except TypeError:
+        return json.dumps(document, separators=(",", ":")).encode()
+
+
 def new_completion_id() -> str:
     return "chatcmpl-sim-" + os.urandom(12).hex()
 
@@ -45,7 +54,10 @@ def error_body(message: str, status: int, param: str | None = None, code: str | 
     return orjson.dumps({"error": error})
 
 
-def usage_dict(reply: Reply) -> dict[str, int]:
+def usage_dict(reply: Reply) -> dict[str, int | float]:
+    if reply.reported_usage is not None:
+        lie = reply.reported_usage
+        return {"prompt_tokens": lie, "completion_tokens": lie, "total_tokens": lie}
     completion = reply.completion_tokens
     return {
         "prompt_tokens": reply.prompt_tokens,
@@ -108,7 +120,7 @@ class ChunkEncoder:
         return self._choice_head + b'{},"logprobs":null,"finish_reason":' + orjson.dumps(reason) + b"}]}\n\n"
 
     def usage(self, reply: Reply) -> bytes:
-        return self._head + b'[],"usage":' + orjson.dumps(usage_dict(reply)) + b"}\n\n"
+        return self._head + b'[],"usage":' + dumps(usage_dict(reply)) + b"}\n\n"
 
     def malformed(self) -> bytes:
         """A chunk cut off mid-JSON, as a broken proxy or a crashed encoder would leave it."""

@@ -22,7 +22,13 @@ WRITERS: dict[str, set[str]] = {
     "stream": {"http/requests.py"},
     "include_usage": {"http/requests.py"},
     # Shared on purpose, rewritten in stage order (see RequestContext's docstring).
-    "body": {"http/requests.py", "sessions/stage.py", "releases/stage.py", "approvals/tool_policy.py"},
+    "body": {
+        "http/requests.py",
+        "sessions/stage.py",
+        "releases/stage.py",
+        "approvals/tool_policy.py",
+        "quota/stage.py",
+    },
     "trace": {"telemetry/stage.py"},
     "principal": {"auth/stage.py", "releases/candidate_path.py"},
     "session_id": {"sessions/stage.py"},
@@ -33,6 +39,7 @@ WRITERS: dict[str, set[str]] = {
     "estimated_prompt_tokens": {"quota/stage.py"},
     "quota_note": {"quota/stage.py"},
     "quota_hold": {"quota/stage.py"},
+    "charged_tokens": {"quota/stage.py"},
     "release": {"releases/stage.py"},
     "deployments": {"releases/stage.py"},
     "release_fallback": {"releases/stage.py"},
@@ -41,6 +48,7 @@ WRITERS: dict[str, set[str]] = {
     "approval_keepalive_s": {"approvals/tool_policy.py"},
     "usage": {"pipeline.py"},
     "ttft_s": {"pipeline.py"},
+    "relayed_tokens": {"pipeline.py"},
     "completion_text": {"audit/stage.py"},
     # Shared on purpose: each stage adds its own headers.
     "response_headers": {"quota/stage.py", "sessions/stage.py", "releases/stage.py", "approvals/tool_policy.py"},

@@ -71,6 +71,11 @@ def request_record(ctx: RequestContext, status: int, error: GatewayError | None,
         "failure_reason": failure_reason(ctx, error),
         "prompt_tokens": ctx.usage.prompt_tokens,
         "completion_tokens": ctx.usage.completion_tokens,
+        # The partial answer a continuation resent (its cost, not billed as prompt), the gateway's
+        # own count of what it relayed, and what the quota was settled with (None: not metered).
+        "continuation_prompt_tokens": ctx.usage.continuation_prompt_tokens,
+        "relayed_tokens": ctx.relayed_tokens,
+        "charged_tokens": ctx.charged_tokens,
         "ttft_ms": round(ctx.ttft_s * 1000, 3) if ctx.ttft_s is not None else None,
         "duration_ms": round((time.monotonic() - ctx.started) * 1000, 3),
         "prompt_sha256": sha256_json(ctx.body.get("messages")),

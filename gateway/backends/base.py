@@ -27,12 +27,20 @@ class Usage:
     total_tokens: int = 0
     # Provider-specific breakdowns (cached tokens, reasoning tokens) pass through untouched.
     extra: dict[str, Any] = field(default_factory=dict)
+    # The partial answer a continuation resent as prompt: its cost, kept out of `prompt_tokens`
+    # (the client's own prompt) and out of what the client is shown and billed.
+    continuation_prompt_tokens: int = 0
+    # False once an upstream reported figures no answer can have (negative, fractional, past any
+    # size): the gateway's own count stands in for them (gateway/tokens.py).
+    trusted: bool = True
 
     def __iadd__(self, other: Usage) -> Usage:
         self.prompt_tokens += other.prompt_tokens
         self.completion_tokens += other.completion_tokens
         self.total_tokens += other.total_tokens
         self.extra = {**self.extra, **other.extra}
+        self.continuation_prompt_tokens += other.continuation_prompt_tokens
+        self.trusted = self.trusted and other.trusted
         return self
 
     def to_dict(self) -> dict[str, Any]:

@@ -13,6 +13,7 @@ that a slow client is never mistaken for a slow upstream.
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 from collections.abc import AsyncGenerator
 from typing import Any
@@ -46,6 +47,8 @@ from gateway.wire import chunk_from_openai, plain_text
 _MAX_ERROR_BODY = 16 * 1024
 # A timer may fire a hair before its time (uvloop counts in milliseconds): that is on time.
 _TIMER_SLACK_S = 0.001
+
+log = logging.getLogger("gateway.backends")
 
 
 class OpenAICompatBackend:
@@ -152,6 +155,9 @@ class OpenAICompatBackend:
             chunk = chunk_from_openai(payload)
         except (AttributeError, KeyError, TypeError, ValueError) as exc:  # AttributeError: a list or str for an object
             raise UpstreamProtocolError(f"malformed chunk ({exc}): {data[:200]!r}", deployment=self.name) from None
+        if chunk.usage is not None and not chunk.usage.trusted:
+            # Answered all the same: the gateway's own count stands in (gateway/tokens.py).
+            log.warning("deployment %s reported usage no answer can have: %.200r", self.name, payload.get("usage"))
         if self._running_usage and chunk.usage is not None and payload.get("choices"):
             # A running count, not usage to add up: only the final chunk (no choices) is that.
             chunk.tokens, chunk.usage = chunk.usage.completion_tokens, None

@@ -15,9 +15,6 @@ import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from dataclasses import dataclass
-from typing import Any
-
-import orjson
 
 from gateway.auth.principal import Principal
 from gateway.backends.base import Chunk
@@ -27,17 +24,11 @@ from gateway.pipeline import Handler, RequestContext
 from gateway.settings import FailMode, QuotaSettings
 from gateway.store.base import AdmitRequest, AdmitResult, Limits, QuotaScope, QuotaStore, Reservation, ScopeUsage
 from gateway.store.session_record import QuotaHold
+from gateway.tokens import counted, estimate_prompt_tokens
 
 log = logging.getLogger("gateway.quota")  # its name as gateway/quota.py: operators filter by it
 
 _RETRY_S = (0.05, 1.0)  # settling against a store that is down: first retry, longest wait
-
-
-def estimate_prompt_tokens(body: dict[str, Any]) -> int:
-    # ~4 characters per token is the usual rule of thumb; it only needs to be in the right
-    # range, since the reservation is reconciled with the upstream's real usage.
-    size = len(orjson.dumps(body.get("messages", ()))) + len(orjson.dumps(body.get("tools", ())))
-    return size // 4 + 1
 
 
 def rate_limit_headers(usage: dict[str, ScopeUsage], scopes: tuple[QuotaScope, ...]) -> dict[str, str]:
@@ -112,18 +103,17 @@ class Admit:
         # The lease is kept alive by time, not by chunks: a response held for a human approval
         # sends nothing for minutes and must keep its concurrency slot all the same.
         heartbeat = asyncio.get_running_loop().create_task(self._heartbeat(held)) if held else None
-        completion_tokens = 0
         try:
             async with contextlib.aclosing(call_next(ctx)) as chunks:
                 async for chunk in chunks:
-                    if chunk.content or chunk.tool_calls:
-                        completion_tokens += len(chunk.pieces) or 1  # a joined chunk counts as what it joined
                     yield chunk
         finally:
             if heartbeat is not None:
                 heartbeat.cancel()
             if held is not None:
-                used = ctx.usage.total_tokens or ctx.estimated_prompt_tokens + completion_tokens
+                # Never less than what was relayed, whatever the upstream reported (tokens.py).
+                used = counted(ctx.usage, ctx.estimated_prompt_tokens, ctx.relayed_tokens).total_tokens
+                ctx.charged_tokens = used
                 self._spawn_settle(held.tenant, held.scopes, held.reservation, used)
 
     @contextlib.asynccontextmanager
@@ -160,6 +150,11 @@ class Admit:
         assert ctx.principal is not None
         ctx.estimated_prompt_tokens = estimate_prompt_tokens(ctx.body)
         max_tokens = ctx.body.get("max_completion_tokens") or ctx.body.get("max_tokens")
+        if max_tokens is None and any(s.limits.tpm is not None or s.limits.daily_tokens is not None for s in scopes):
+            # What is reserved is what may be written: the upstream is told, and the router ends
+            # an answer that goes past it (with finish_reason "length") if the upstream does not.
+            max_tokens = self._settings.default_max_tokens
+            ctx.body = {**ctx.body, "max_tokens": max_tokens}
         tokens = ctx.estimated_prompt_tokens + int(max_tokens or self._settings.default_max_tokens)
         request = AdmitRequest(
             tenant=ctx.principal.tenant,

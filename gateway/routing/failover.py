@@ -20,9 +20,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.backends.base import Chunk, ToolCallDelta
+from gateway.backends.base import Chunk, ToolCallDelta, Usage
 from gateway.errors import UpstreamError
 from gateway.settings import Continuation, DeploymentSettings
+from gateway.tokens import CHARS_PER_TOKEN_FLOOR, floor_tokens, output_characters
 
 _TOKEN_LIMITS = ("max_completion_tokens", "max_tokens")
 
@@ -54,6 +55,11 @@ class StreamProgress:
         self._sent_tool_calls = False
         self._sent_reasoning = False
         self._pending: dict[int, ToolCallDelta] = {}
+        limits = [body[k] for k in _TOKEN_LIMITS if isinstance(body.get(k), int)]
+        self._limit: int | None = min(limits) if limits else None
+        self._characters = 0  # of output sent, for the floor count (gateway/tokens.py)
+        self._carried = 0  # tokens of partial answer the current attempt was sent as prompt
+        self.overran = False  # the upstream wrote past the limit: the answer was ended here
 
     @property
     def text(self) -> str:
@@ -78,6 +84,7 @@ class StreamProgress:
 
     def begin_attempt(self) -> None:
         self._attempt_base = self.content_chunks
+        self._carried = self.content_chunks if self._text else 0
 
     def request_for(self, deployment: DeploymentSettings) -> dict[str, Any]:
         """The body to send `deployment` so that its answer starts where the client is."""
@@ -95,6 +102,10 @@ class StreamProgress:
 
     def admit(self, chunk: Chunk) -> Chunk | None:
         """The chunk to pass on (possibly with completed tool calls instead of deltas), or None."""
+        if self._limit is not None and (chunk.content or chunk.reasoning or chunk.tool_calls):
+            self._hold_to_limit(chunk, self._limit)
+        if chunk.usage is not None and self._carried:
+            _bill_separately(chunk.usage, self._carried)
         if chunk.role is not None:
             if self._sent_role:
                 chunk.role = None  # a continuation's own role chunk: the client already has one
@@ -115,6 +126,30 @@ class StreamProgress:
             return None
         self.started = self.started or chunk.carries_output
         return chunk
+
+    def _hold_to_limit(self, chunk: Chunk, limit: int) -> None:
+        """Keep the answer within `limit` tokens by the gateway's floor count: an upstream that
+        writes past it (it was asked for no more) has its answer ended here, as "length"."""
+        events = (len(chunk.pieces) or 1) if chunk.content else 0
+        size = output_characters(chunk)
+        if max(self.content_chunks + events, floor_tokens(self._characters + size)) <= limit:
+            self._characters += size
+            return
+        room = max(0, limit - self.content_chunks)  # more events than this would overrun the count
+        allowed = max(0, limit * CHARS_PER_TOKEN_FLOOR - self._characters)
+        pieces = chunk.pieces or ((chunk.content,) if chunk.content else ())
+        kept: list[str] = []
+        for piece in pieces[:room]:
+            kept.append(piece[:allowed])
+            allowed -= len(kept[-1])
+        chunk.content = "".join(kept) or None
+        chunk.pieces = tuple(kept) if chunk.pieces else ()
+        chunk.reasoning = (chunk.reasoning or "")[:allowed] or None
+        chunk.tool_calls, chunk.tokens = [], None  # a call cut short is never sent
+        self._pending.clear()
+        self._characters += output_characters(chunk)
+        chunk.finish_reason = "length"
+        self.overran = True
 
     def flush(self) -> Chunk | None:
         """Tool calls still held when the upstream finished without a finish_reason."""
@@ -145,3 +180,12 @@ class StreamProgress:
     def _release(self, below: int | None) -> list[ToolCallDelta]:
         ready = sorted(i for i in self._pending if below is None or i < below)
         return [self._pending.pop(i) for i in ready]
+
+
+def _bill_separately(usage: Usage, carried: int) -> None:
+    """A continuation's prompt holds the partial answer: that part is the continuation's cost,
+    not the client's prompt (which the tenant would otherwise pay for twice)."""
+    moved = min(carried, usage.prompt_tokens)
+    usage.prompt_tokens -= moved
+    usage.total_tokens -= moved
+    usage.continuation_prompt_tokens += moved

@@ -246,10 +246,14 @@ class Router:
                             yield passed
                     held.clear()
                 async for chunk in upstream:
+                    if progress.overran:
+                        break  # the answer was ended at its limit: closing the stream stops the upstream
                     _note(attempt, chunk)
                     passed = progress.admit(chunk)
                     if passed is not None:
                         yield passed
+                    if progress.overran:
+                        break
             for passed in _drain(held, progress):
                 yield passed
         except UpstreamError as error:

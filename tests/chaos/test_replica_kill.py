@@ -155,6 +155,8 @@ def test_replica_sigkilled_at_several_points_loses_nothing(tmp_path: Path, sim: 
             client_usage = usage_of(events)
             assert client_usage is not None
             assert client_usage["completion_tokens"] >= usage["completion_tokens"]
+            # The continuation's prompt held the partial answer: not billed as the client's prompt.
+            assert client_usage["prompt_tokens"] == usage["prompt_tokens"], (keep, client_usage)
             group.start()  # a replacement replica
         # One generation per session, and one continuation of it by the replica that took over.
         assert served_count(sim) - before == 2 * len(points)
@@ -163,6 +165,7 @@ def test_replica_sigkilled_at_several_points_loses_nothing(tmp_path: Path, sim: 
         for record in records:
             assert record["status"] == 200, record
             assert record["completion_tokens"] >= usage["completion_tokens"], record
+            assert record["prompt_tokens"] == usage["prompt_tokens"], record
             assert record["completion_sha256"] == hashlib.sha256(text.encode()).hexdigest()
         assert group.verify()["ok"]
         # Each request counted once, and no concurrency slot left with a dead replica.

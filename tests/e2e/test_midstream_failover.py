@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -186,3 +187,48 @@ def test_fallback_that_cannot_continue_ends_with_an_in_band_error(
     assert events[-2]["error"]["type"] == "service_unavailable"
     assert "continue" in events[-2]["error"]["message"]
     assert len(assembled(events).split()) == 5
+
+
+def uninterrupted_usage(sim: Announced) -> dict[str, Any]:
+    reply = httpx.post(f"{sim.url}/v1/chat/completions", json={**BODY, "stream": False}, timeout=10)
+    return dict(reply.json()["usage"])
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "collected"])
+def test_a_continued_answer_bills_the_clients_prompt_not_the_partial_answer(
+    tmp_path: Path, sims: tuple[Announced, Announced], stream: bool
+) -> None:
+    """The continuation's prompt holds the partial answer; billed as prompt, the tenant paid for
+    it twice (issue 29 item 9: a ~7-token prompt reported as 19 to 123 tokens)."""
+    primary, fallback = sims
+    clean = uninterrupted_usage(fallback)
+    with running_gateway(tmp_path, failover_config(primary.url, fallback)) as gateway:
+        for cut in (3, 12, 30):
+            set_faults(primary, cut_after=cut)
+            request_id = f"cont-{uuid.uuid4().hex[:8]}"
+            headers = {**gateway.headers(), "X-Request-Id": request_id}
+            body = {**BODY, "stream": stream}
+            reply = httpx.post(f"{gateway.url}/v1/chat/completions", json=body, headers=headers, timeout=20)
+            usage = events_of(reply.text.splitlines())[-2]["usage"] if stream else reply.json()["usage"]
+            assert usage["prompt_tokens"] == clean["prompt_tokens"], (cut, usage)
+            assert usage["completion_tokens"] == MAX_TOKENS
+            assert usage["total_tokens"] == clean["prompt_tokens"] + MAX_TOKENS
+            record = audited_request(gateway, request_id)
+            assert record["prompt_tokens"] == clean["prompt_tokens"]
+            assert record["continuation_prompt_tokens"] == cut  # the partial answer, resent once
+
+
+def audited_request(gateway: Gateway, request_id: str) -> dict[str, Any]:
+    deadline = time.monotonic() + 20
+    while True:
+        records = httpx.get(
+            f"{gateway.url}/admin/audit",
+            params={"kind": "request", "limit": 1000},
+            headers=gateway.headers(gateway.admin_key),
+            timeout=10,
+        ).json()["data"]
+        found = [r for r in records if r["request_id"] == request_id]
+        if found or time.monotonic() > deadline:
+            assert len(found) == 1, found
+            return dict(found[0])
+        time.sleep(0.05)

@@ -16,7 +16,7 @@ import pytest
 
 from common.processes import Announced
 from gateway.auth.stage import new_secret
-from gateway.quota.stage import estimate_prompt_tokens
+from gateway.tokens import estimate_prompt_tokens
 from tests.procs import (
     Gateway,
     delete_redis_prefix,

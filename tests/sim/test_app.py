@@ -295,3 +295,37 @@ def _is_json(text: str) -> bool:
 async def test_unknown_route_and_wrong_method_get_openai_errors(client: httpx.AsyncClient) -> None:
     assert_openai_error(await client.get("/v1/embeddings"), 404)
     assert_openai_error(await client.get("/v1/chat/completions"), 405)
+
+
+async def test_length_fault_ignores_max_tokens_and_finishes_with_stop(client: httpx.AsyncClient) -> None:
+    response = await post_chat(client, "length=40", stream=True, max_tokens=5)
+    events = sse_events(response.text)
+    assert content_tokens(events) == generate_tokens("sim-model", MESSAGES, 40)
+    assert [e["choices"][0]["finish_reason"] for e in events[:-1] if e["choices"]][-1] == "stop"
+
+
+async def test_chunk_tokens_fault_sends_that_many_tokens_per_event(client: httpx.AsyncClient) -> None:
+    response = await post_chat(client, "chunk_tokens=4", stream=True, max_tokens=10)
+    payloads = [e for e in sse_events(response.text)[:-1] if e["choices"] and e["choices"][0]["delta"].get("content")]
+    tokens = generate_tokens("sim-model", MESSAGES, 10)
+    assert [p["choices"][0]["delta"]["content"] for p in payloads] == [
+        "".join(tokens[0:4]),
+        "".join(tokens[4:8]),
+        "".join(tokens[8:10]),
+    ]
+
+
+@pytest.mark.parametrize("lie", ["0", "-1", "1.5", "18446744073709551616", "1e308"])
+async def test_usage_fault_reports_every_figure_as_that_value(client: httpx.AsyncClient, lie: str) -> None:
+    response = await post_chat(client, f"usage={lie}", max_tokens=3)
+    usage = response.json()["usage"]
+    expected = orjson.loads(lie) if lie != "1e308" else 1e308
+    assert usage == {"prompt_tokens": expected, "completion_tokens": expected, "total_tokens": expected}
+
+
+async def test_a_continued_answer_counts_its_prefix_but_no_new_turn_as_prompt(client: httpx.AsyncClient) -> None:
+    first = (await post_chat(client, max_tokens=8)).json()
+    partial = "".join(generate_tokens("sim-model", MESSAGES, 5))
+    body = chat_body(max_tokens=3, messages=[*MESSAGES, {"role": "assistant", "content": partial}])
+    continued = (await client.post("/v1/chat/completions", json=body)).json()
+    assert continued["usage"]["prompt_tokens"] == first["usage"]["prompt_tokens"] + 5
