@@ -110,8 +110,9 @@ def test_sigkill_mid_stream_continues_exactly(
     assert result.events[-1] == "[DONE]"
     assert len(result.ids) == 1
     assert audit["deployments"] == names, audit  # it really was handed over
-    # The continuation's prompt is the original one plus what the client already had.
-    handed_over_at = result.usage["prompt_tokens"] - prompt_tokens
+    # The continuation's prompt is the original one plus what the client already had; that part
+    # is recorded as the continuation's cost, not billed as the client's prompt.
+    handed_over_at = audit["continuation_prompt_tokens"]
     figures.setdefault("failover_positions", []).append(
         {"killed_after_events": position, "handed_over_at_token": handed_over_at}
     )
@@ -120,9 +121,10 @@ def test_sigkill_mid_stream_continues_exactly(
     # Usage: the dead engine's tokens (as streamed) + the continuation's own usage, nothing lost.
     usage = result.usage
     assert usage["completion_tokens"] == MAX_TOKENS
-    assert usage["total_tokens"] == prompt_tokens + handed_over_at + MAX_TOKENS
+    assert usage["prompt_tokens"] == prompt_tokens
+    assert usage["total_tokens"] == prompt_tokens + MAX_TOKENS
     assert (audit["prompt_tokens"], audit["completion_tokens"]) == (usage["prompt_tokens"], usage["completion_tokens"])
     assert charged == usage["total_tokens"], "the quota charged what the client was told"
-    # The survivor's own counters agree with what the gateway charged for its part.
+    # The survivor's own counters agree with what it was sent: the client's prompt, the resent part, the rest.
     assert metric_total(fallback, "vllm:prompt_tokens_total") - fallback_prompt == prompt_tokens + handed_over_at
     assert metric_total(fallback, "vllm:generation_tokens_total") - fallback_generated == MAX_TOKENS - handed_over_at
