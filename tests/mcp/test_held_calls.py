@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -168,18 +168,20 @@ async def test_held_mcp_calls_are_capped_per_key_and_per_tenant_and_the_refusal_
             )
             async with held_calls(gateway, second, 1):
                 text = await asyncio.wait_for(asyncio.to_thread(refusal_text, gateway, second), ANSWER_WITHIN_S)
-                assert "its tenant already has 3 calls waiting" in text
+                assert "this key's tenant already has 3 calls waiting" in text
                 assert "tools.max_pending_approvals_per_tenant" in text
             # A key of the tenant still reads files: only holding is capped.
-            ok = call_tool_raw(gateway, second, '{"path": "/srv/ok"}')["result"]
+            ok = (await asyncio.to_thread(call_tool_raw, gateway, second, '{"path": "/srv/ok"}'))["result"]
             assert ok["isError"] is False
         for key_id in (first_id, second_id):
-            refused = await asyncio.to_thread(
-                audit_where, gateway, lambda r, k=key_id: r["key_id"] == k and r["status"] == "too_many_pending"
-            )
+            refused = await asyncio.to_thread(audit_where, gateway, refusal_of(key_id))
             assert len(refused) == 1
             assert (refused[0]["decision"], refused[0]["tool"]) == ("deny", "files__delete_file")
             assert refused[0]["approval_id"] is None
+
+
+def refusal_of(key_id: str) -> Callable[[dict[str, Any]], bool]:
+    return lambda record: record["key_id"] == key_id and record["status"] == "too_many_pending"
 
 
 def defer(gateway: Gateway, key: str) -> httpx.Response:
@@ -211,6 +213,8 @@ def test_deferred_chat_calls_are_capped_per_key_with_a_429(
         records = audit_where_kind(gateway, "request", key_id, 3)
         assert [r["status"] for r in records] == [200, 200, 429]
         assert records[-1]["error"] == "too_many_pending_approvals"
+        decisions = [r["decision"] for r in audit_where_kind(gateway, "policy", key_id, 3)]
+        assert decisions == ["approval_requested", "approval_requested", "approval_refused"]
 
 
 def audit_where_kind(gateway: Gateway, kind: str, key_id: str, count: int) -> list[dict[str, Any]]:
