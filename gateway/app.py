@@ -54,6 +54,7 @@ from gateway.routing.strategies import STRATEGIES
 from gateway.sessions.manager import SessionManager
 from gateway.sessions.stage import AppendHistory, AssignSession, ClaimSession
 from gateway.settings import OpenApiExposure, Settings
+from gateway.store.approval_record import PendingCaps
 from gateway.store.base import Store
 from gateway.store.factory import open_store
 from gateway.store_epoch import StoreEpoch
@@ -143,7 +144,9 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
     keys = KeyService(store, audit, tenancy, on_change=authenticator.forget)
     audit_requests = AuditRequests(audit, capture=settings.audit.capture, refusals=refusals)
     policies = PolicyHolder(settings.tools.policy_file, audit)
-    approvals = ApprovalService(store, audit, approval_secret(settings))
+    tools = settings.tools
+    caps = PendingCaps(tools.max_pending_approvals_per_key, tools.max_pending_approvals_per_tenant)
+    approvals = ApprovalService(store, audit, approval_secret(settings), caps=caps)
     telemetry.watch(router, quota)
     telemetry.watch_audit(audit)
 

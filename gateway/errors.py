@@ -17,6 +17,7 @@ place that turns them into responses.
     ├── Conflict                    409  conflict           (an approval already decided)
     ├── RateLimited                 429  rate_limit_error   (Retry-After)
     │   ├── InsufficientQuota       429  insufficient_quota (a token budget is spent)
+    │   ├── TooManyPendingApprovals 429  too_many_pending_approvals (tools.max_pending_approvals_*)
     │   └── RetryTooEarly           429  retry_too_early    (quota/admission.py: retried before Retry-After)
     ├── NoDeploymentAvailable       503  service_unavailable (every deployment open, unhealthy or full)
     ├── StoreUnavailable            503  service_unavailable (Redis or the SQLite file cannot be reached)
@@ -221,6 +222,13 @@ class InsufficientQuota(RateLimited):
     """A budget (daily tokens) is spent; OpenAI's code for that is distinct from a rate limit."""
 
     code = "insufficient_quota"
+
+
+class TooManyPendingApprovals(RateLimited):
+    """The key, or its tenant, already has as many calls waiting for a person as its cap allows;
+    the call is not held (an MCP call gets it as an error result, not as this)."""
+
+    code = "too_many_pending_approvals"
 
 
 class UpstreamError(GatewayError):

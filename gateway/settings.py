@@ -314,6 +314,11 @@ class ToolPolicySettings(Frozen):
     # secret per process (tokens then verify only against this process).
     approval_secret: str = Field(default="", pattern=r"^(|.{16,})$", description="empty or at least 16 characters")
     wait_poll_s: Seconds = 0.2
+    # Calls held for a person (pending: undecided, not lapsed; wait and defer alike) per key and per
+    # tenant. One more is refused at once (429 too_many_pending_approvals; an MCP call gets an error
+    # result) and audited, so one key cannot park enough held calls to crowd out the others.
+    max_pending_approvals_per_key: int = Field(default=10, ge=1, le=MAX_LIMIT)
+    max_pending_approvals_per_tenant: int = Field(default=100, ge=1, le=MAX_LIMIT)
     wait_keepalive_s: Seconds = Field(
         default=15.0, description="a non-streamed answer held for approval sends a space this often (proxy timeouts)"
     )

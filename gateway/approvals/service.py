@@ -24,22 +24,32 @@ import orjson
 
 from gateway.audit.writer import AuditWriter
 from gateway.auth.principal import Principal, Scope
-from gateway.errors import Conflict, InvalidRequest, NotFound, PermissionDenied
-from gateway.store.approval_record import Approval, Decision, ExcerptMessage
+from gateway.errors import Conflict, InvalidRequest, NotFound, PermissionDenied, TooManyPendingApprovals
+from gateway.store.approval_record import Approval, Decision, ExcerptMessage, PendingCaps
 from gateway.store.base import ApprovalStore
 from policies import ApprovalMode, NeedsApproval, arguments_sha256, issue_approval_token
 
 PENDING, APPROVED, REJECTED, EXPIRED = "pending", "approved", "rejected", "expired"
 _KEEP_AFTER_EXPIRY_S = 7 * 86_400  # decided approvals stay readable for the audit trail
+DEFAULT_CAPS = PendingCaps(per_key=10, per_tenant=100)  # tools.max_pending_approvals_* defaults
+# Retry-After of a call refused over a cap: a decision can come any moment, so no longer.
+_RETRY_OVER_CAP_S = 1.0
 
 
 class ApprovalService:
     def __init__(
-        self, store: ApprovalStore, audit: AuditWriter, secret: bytes, *, clock: Callable[[], float] = time.time
+        self,
+        store: ApprovalStore,
+        audit: AuditWriter,
+        secret: bytes,
+        *,
+        caps: PendingCaps = DEFAULT_CAPS,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self._store = store
         self._audit = audit
         self._secret = secret
+        self._caps = caps
         self._clock = clock
 
     @property
@@ -59,7 +69,9 @@ class ApprovalService:
         channel: str = "chat",
     ) -> Approval:
         """Hold a call for a person. `channel` is where the decided call goes: "chat" (the answer,
-        or a later request with X-Approval-Id) or "mcp" (only the MCP call that is waiting)."""
+        or a later request with X-Approval-Id) or "mcp" (only the MCP call that is waiting).
+        TooManyPendingApprovals when the key or its tenant has as many pending as its cap allows
+        (the store checks and stores in one step, so racing calls cannot pass it)."""
         now = self._clock()
         record = Approval(
             id=f"appr_{secrets.token_hex(10)}",
@@ -83,8 +95,22 @@ class ApprovalService:
             channel=channel,
             wait_deadline=now + need.timeout_s if need.mode is ApprovalMode.WAIT else None,
         )
-        await self._store.approval_put(record, _KEEP_AFTER_EXPIRY_S)
+        reached = await self._store.approval_put_within(record, _KEEP_AFTER_EXPIRY_S, self._caps)
+        if reached is not None:
+            raise self._over_cap(tool, reached)
         return record
+
+    def _over_cap(self, tool: str, reached: str) -> TooManyPendingApprovals:
+        who, cap, setting = (
+            ("this key", self._caps.per_key, "per_key")
+            if reached == "key"
+            else ("this key's tenant", self._caps.per_tenant, "per_tenant")
+        )
+        return TooManyPendingApprovals(
+            f"The gateway refused to hold the call to '{tool}' for approval: {who} already has {cap} calls "
+            f"waiting for a decision (tools.max_pending_approvals_{setting}). Try again once one is decided.",
+            retry_after_s=_RETRY_OVER_CAP_S,
+        )
 
     async def lookup(self, tenant: str, approval_id: str) -> Approval:
         record = await self._store.approval_get(tenant, approval_id)

@@ -26,7 +26,7 @@ from gateway.approvals.service import APPROVED, PENDING, ApprovalService
 from gateway.audit.writer import AuditWriter
 from gateway.auth.principal import Principal
 from gateway.backends.base import Chunk, ToolCallDelta
-from gateway.errors import InvalidRequest, PermissionDenied
+from gateway.errors import InvalidRequest, PermissionDenied, TooManyPendingApprovals
 from gateway.pipeline import Handler, RequestContext
 from gateway.store.approval_record import Approval
 from policies import (
@@ -282,16 +282,20 @@ class ToolPolicy:
         assert ctx.principal is not None
         bindings = engine.file.bindings
         policy_name = bindings.keys.get(ctx.principal.key_id) or bindings.tenants.get(ctx.principal.tenant)
-        record = await self._approvals.request(
-            ctx.principal,
-            ctx.session_id,
-            call.id or "",
-            name,
-            arguments,
-            decision,
-            ctx.body.get("messages", []),
-            policy_name,
-        )
+        try:
+            record = await self._approvals.request(
+                ctx.principal,
+                ctx.session_id,
+                call.id or "",
+                name,
+                arguments,
+                decision,
+                ctx.body.get("messages", []),
+                policy_name,
+            )
+        except TooManyPendingApprovals as over:  # the request fails with it (429, or in band after output)
+            await self._record(ctx, name, arguments, "approval_refused", over.code, over.message)
+            raise
         await self._record(ctx, name, arguments, "approval_requested", approval_id=record.id)
         ctx.trace.approval_requested(record.id, name, decision.mode.value)
         ctx.response_headers["X-Approval-Id"] = record.id

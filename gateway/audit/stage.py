@@ -108,7 +108,9 @@ class AuditRequests:
         self._refusals = refusals
 
     async def __call__(self, ctx: RequestContext, call_next: Handler) -> AsyncGenerator[Chunk, None]:
-        await self._writer.reserve()  # backpressure happens here, before any work is done
+        # Backpressure happens here, before any work is done; no slot is held while the request
+        # runs (a held tool call or a slow body would keep it from every other tenant).
+        await self._writer.admit()
         status, error, sent_output = CLIENT_CLOSED, None, False
         try:
             async with contextlib.aclosing(call_next(ctx)) as chunks:
@@ -129,9 +131,8 @@ class AuditRequests:
             self._settle(ctx, status, error)
 
     def _settle(self, ctx: RequestContext, status: int, error: GatewayError | None) -> None:
-        """Use the reserved slot; never raises (it runs while an exception may be propagating)."""
+        """Queue the record; never raises (it runs while an exception may be propagating)."""
         if isinstance(error, AuthenticationFailed) and ctx.principal is None:
-            self._writer.release_reserved()
             self._refusals.count(ctx.client, error.code)
             return
         try:
@@ -139,7 +140,7 @@ class AuditRequests:
         except Exception as failure:  # a bug in building the record must not cost the record
             log.exception("audit record of request %s could not be built", ctx.request_id)
             record = minimal_record(ctx, status, error, failure)
-        self._writer.submit_reserved(record)
+        self._writer.record(record)
 
 
 def minimal_record(ctx: RequestContext, status: int, error: GatewayError | None, failure: Exception) -> dict[str, Any]:

@@ -7,9 +7,12 @@ head the writer last saw and appended with compare-and-set; if another replica g
 the batch is re-chained onto the new head and tried again.
 
 Writes never drop a record. `AuditWriter.submit` waits for room when the queue is full
-(backpressure on whoever produces records); `reserve` + `submit_reserved` let the request path
-take its slot before doing work, so that recording the outcome at the end cannot block or fail,
-even when the request was cancelled.
+(backpressure on whoever produces records). The request path splits it in two: `admit` waits for
+room before any work is done, and `record` queues the outcome when it is known, without blocking or
+failing, even when the request was cancelled. Nothing is held in between: a request waiting for a
+person's approval or for its body keeps no queue slot from another tenant's request. The queue so
+holds at most `queue_size` records plus those of the requests in flight when it filled (each such
+request holds far more memory than its record).
 """
 
 from __future__ import annotations
@@ -188,7 +191,9 @@ class AuditWriter:
         self._store = store
         self._hmac_key = hmac_key
         self._queue_size = queue_size
-        self._room = asyncio.Semaphore(queue_size)
+        # Set while the queue has room; cleared by `record` when it fills, set again as records are written.
+        self._room = asyncio.Event()
+        self._room.set()
         self._pending: deque[dict[str, Any]] = deque()
         self._batch_size = batch_size
         self._flush_interval_s = flush_interval_s
@@ -206,34 +211,41 @@ class AuditWriter:
         self.peak_seq = 0  # the highest seq it ever appended (a wiped store's loss, at least)
         self.stats = WriterStats()
 
-    async def reserve(self) -> None:
-        """Take a queue slot; waits while the queue is full, at most `reserve_wait_s`, then
-        refuses (StoreUnavailable, a 503) rather than hang the request."""
-        if not self._room.locked():
-            # A slot is free and nobody waits before us: taken without waiting, so without the task
-            # and timer `wait_for` makes (~1% of a request's CPU, py-spy).
-            await self._room.acquire()
-            return
+    async def admit(self) -> None:
+        """Wait until the queue has room; takes nothing, so the request's `record` is queued when
+        it is ready, however long the request takes. Waits at most `reserve_wait_s`, then refuses
+        (StoreUnavailable, a 503) rather than hang the request."""
+        if not self.full:
+            return  # without the task and timer a timeout makes (~1% of a request's CPU, py-spy)
         try:
-            await asyncio.wait_for(self._room.acquire(), self._reserve_wait_s)
+            async with asyncio.timeout(self._reserve_wait_s):
+                while self.full:  # records queued meanwhile may have filled it again
+                    await self._room.wait()
         except TimeoutError:
             self.stats.refused += 1
             raise StoreUnavailable(
                 f"the audit log is full ({self._queue_size} records waiting for the store)"
             ) from None
 
-    def release_reserved(self) -> None:
-        """Give back a slot taken with `reserve` that will not carry a record (it was aggregated)."""
-        self._room.release()
-
-    def submit_reserved(self, body: dict[str, Any]) -> None:
-        """Queue a record for a slot taken with `reserve`; never blocks, never fails."""
+    def record(self, body: dict[str, Any]) -> None:
+        """Queue a record of work that was admitted; never blocks, never fails."""
         self._pending.append({"ts": self._clock(), **body})
+        if self.full:
+            self._room.clear()
         self._wakeup.set()
 
     async def submit(self, body: dict[str, Any]) -> None:
-        await self.reserve()
-        self.submit_reserved(body)
+        await self.admit()
+        self.record(body)
+
+    @property
+    def full(self) -> bool:
+        return len(self._pending) >= self._queue_size
+
+    def _taken(self) -> None:
+        """Records left the queue (written, or given up on at shutdown)."""
+        if not self.full:
+            self._room.set()
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="audit-writer")
@@ -264,7 +276,7 @@ class AuditWriter:
         log.error("%d audit records lost: the store stayed unavailable through shutdown (%s)", lost, error)
         while self._pending:
             log.warning("audit record not stored: %s", canonical(self._pending.popleft()).decode())
-            self._room.release()
+        self._taken()
 
     @property
     def backlog(self) -> int:
@@ -274,7 +286,7 @@ class AuditWriter:
         """Why records are not getting through, for readiness; None while they are."""
         if self._task is not None and self._task.done():
             return "the audit writer stopped"
-        if self._room.locked():
+        if self.full:
             return f"the audit queue is full ({self._queue_size} records)"
         since = self._blocked_since
         if since is not None and time.monotonic() - since >= self._stuck_after_s:
@@ -348,7 +360,7 @@ class AuditWriter:
         self.peak_seq = max(self.peak_seq, self._head.seq)
         for _ in written:
             self._pending.popleft()
-            self._room.release()
+        self._taken()
         return len(written)
 
     def _noticed_rollback(self, head: AuditHead) -> AuditHead:

@@ -9,7 +9,9 @@ OpenAI function name; policy rules name tools the same way. For each `tools/call
     policy denies (whitelist, schema) -> error result naming the reason, audited as deny
     high risk                         -> held for a person (the approvals queue, page, CLI, API),
                                          with progress notifications while held, bounded by the
-                                         policy's wait time; rejected or expired -> error result
+                                         policy's wait time; rejected or expired -> error result;
+                                         the key or tenant at its cap of pending approvals
+                                         (tools.max_pending_approvals_*) -> error result at once
     allowed or approved               -> forwarded (an approval's id and token in `_meta`),
                                          result size-limited, audited with its status
 
@@ -38,7 +40,7 @@ from gateway.approvals.service import APPROVED, ApprovalService
 from gateway.approvals.tool_policy import PolicyHolder
 from gateway.audit.writer import AuditWriter
 from gateway.auth.principal import Principal
-from gateway.errors import RateLimited, StoreUnavailable
+from gateway.errors import RateLimited, StoreUnavailable, TooManyPendingApprovals
 from gateway.mcp.status import UpstreamStatus
 from gateway.mcp.upstream import UpstreamCallFailed, UpstreamServer, UpstreamUnavailable
 from gateway.quota.stage import Admit
@@ -69,7 +71,8 @@ class _Trail:
 class CallOutcome:
     result: types.CallToolResult
     decision: str  # allow, deny, approved, rejected, expired
-    # ok, tool_error, denied, invalid_arguments, not_approved, upstream_unavailable, upstream_error, too_large
+    # ok, tool_error, denied, invalid_arguments, too_many_pending, not_approved, upstream_unavailable,
+    # upstream_error, too_large
     status: str
 
 
@@ -125,11 +128,12 @@ class McpGateway:
     async def call(
         self, principal: Principal, name: str, arguments: dict[str, Any], progress: ProgressReporter
     ) -> types.CallToolResult:
-        """Judge, hold, forward; one audit record whatever happens (a slot is taken first, so the
-        record of a call the client abandoned, or that failed, is written too)."""
+        """Judge, hold, forward; one audit record whatever happens (queued in `finally`, so the
+        record of a call the client abandoned, or that failed, is written too). The audit queue
+        is asked for room first but holds nothing while the call is held for a person."""
         started = time.monotonic()
         trail = _Trail(call_id=f"mcp_{secrets.token_hex(8)}")
-        await self._audit.reserve()
+        await self._audit.admit()
         try:
             outcome = await self._metered(principal, trail, name, arguments, progress)
             trail.decision, trail.status = outcome.decision, outcome.status
@@ -141,7 +145,7 @@ class McpGateway:
             server = name.partition(SEPARATOR)[0]
             server = server if server in self.servers else "<unknown>"
             self.calls[(server, trail.status)] = self.calls.get((server, trail.status), 0) + 1
-            self._audit.submit_reserved(
+            self._audit.record(
                 {
                     "kind": "mcp",
                     "request_id": trail.call_id,
@@ -202,9 +206,12 @@ class McpGateway:
         if isinstance(decision, NeedsApproval):
             # An MCP call has one answer, so it is always held as in wait mode.
             decision = dataclasses.replace(decision, mode=ApprovalMode.WAIT)
-            record = await self._approvals.request(
-                principal, None, trail.call_id, name, arguments_json, decision, channel="mcp"
-            )
+            try:
+                record = await self._approvals.request(
+                    principal, None, trail.call_id, name, arguments_json, decision, channel="mcp"
+                )
+            except TooManyPendingApprovals as over:
+                return _refused(over.message, "deny", "too_many_pending")
             trail.approval_id = record.id
             decided = await self._hold(record, decision, progress)
             if decided.status != APPROVED:

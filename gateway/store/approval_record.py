@@ -137,10 +137,26 @@ class NewApproval:
 
     tenant: str
     id: str
+    key_id: str  # the key that asked: what `PendingCaps.per_key` counts by
     requested_at: float
     expires_at: float
     forget_at: float  # expires_at + the retention: from then on it does not exist
     blob: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class PendingCaps:
+    """How many approvals may be pending at once (undecided, not lapsed) for one key and for its
+    whole tenant, for `approval_put_within`."""
+
+    per_key: int
+    per_tenant: int
+
+    def __post_init__(self) -> None:
+        for name in ("per_key", "per_tenant"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"a pending-approval cap ({name}) must be a positive integer, not {value!r}")
 
 
 def _json(value: dict[str, Any], what: str) -> bytes:
@@ -172,6 +188,7 @@ def check_put(record: Approval, ttl_s: float) -> NewApproval:
     return NewApproval(
         tenant=_text(record.tenant, "tenant"),
         id=_text(record.id, "id"),
+        key_id=_text(record.key_id, "key_id"),
         requested_at=_time(record.requested_at, "requested_at"),
         expires_at=expires_at,
         forget_at=expires_at + ttl_s,

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from gateway.store.approval_record import Approval, Decision
+from gateway.store.approval_record import Approval, Decision, PendingCaps
 from gateway.store.audit_batch import AuditHead as AuditHead  # re-exported: every consumer imports it from here
 from gateway.store.audit_batch import AuditRecord as AuditRecord
 from gateway.store.key_record import KeyRecord as KeyRecord  # re-exported, as above
@@ -219,6 +219,14 @@ class ApprovalStore(Protocol):
         expires_at (for the audit trail and for clients asking about it), then forgotten. An
         approval with the same tenant and id that still exists is left as it is: a retried put
         cannot reset a decided approval."""
+        ...
+
+    async def approval_put_within(self, record: Approval, ttl_s: float, caps: PendingCaps) -> str | None:
+        """`approval_put`, unless the record's key already has `caps.per_key` approvals pending
+        (as read: undecided and not lapsed), or its tenant `caps.per_tenant`: then nothing is
+        stored and the answer names the cap reached, "key" (checked first) or "tenant". None when
+        stored, or when a live approval with the same tenant and id was left as it is (a retried
+        put). Atomic: however many puts race, from any number of replicas, none passes a cap."""
         ...
 
     async def approval_get(self, tenant: str, approval_id: str) -> Approval | None:

@@ -21,7 +21,7 @@ from gateway.store import approval_record, release_record
 from gateway.store import sqlite_approvals as approvals
 from gateway.store import sqlite_releases as releases
 from gateway.store import sqlite_sessions as sessions
-from gateway.store.approval_record import Approval, Decision
+from gateway.store.approval_record import Approval, Decision, PendingCaps
 from gateway.store.audit_batch import AuditRecord, check_batch
 from gateway.store.base import (
     AdmitRequest,
@@ -180,6 +180,11 @@ class EmbeddedStore:
         new = approval_record.check_put(record, ttl_s)
         now = self._clock()
         await self._run(lambda db: approvals.put(db, new, now))
+
+    async def approval_put_within(self, record: Approval, ttl_s: float, caps: PendingCaps) -> str | None:
+        new = approval_record.check_put(record, ttl_s)
+        now = self._clock()
+        return await self._run(lambda db: approvals.put(db, new, now, caps))
 
     async def approval_get(self, tenant: str, approval_id: str) -> Approval | None:
         now = self._clock()

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from gateway.store import approval_record as approvals
 from gateway.store import keys
-from gateway.store.approval_record import Approval, Decision
+from gateway.store.approval_record import Approval, Decision, PendingCaps
 from gateway.store.redis_common import Client, script, unavailable
+
+_CAP_REACHED = {-1: "key", -2: "tenant"}  # what approval_put.lua answers when a cap refused the put
 
 
 def _text(raw: bytes | str) -> str:
@@ -33,7 +35,8 @@ class RedisApprovals:
     def _record_keys(self) -> list[str]:
         return [self._keys.records, self._keys.decisions, self._keys.deadlines, self._keys.forget]
 
-    async def put(self, record: Approval, ttl_s: float) -> None:
+    async def put(self, record: Approval, ttl_s: float, caps: PendingCaps | None = None) -> str | None:
+        """None if stored (or left as it was); with `caps`, the cap reached: "key" or "tenant"."""
         new = approvals.check_put(record, ttl_s)
         names = [*self._record_keys(), self._keys.order, keys.approval_tenant_index(self._prefix, new.tenant)]
         args: list[str | float | int | bytes] = [
@@ -45,9 +48,13 @@ class RedisApprovals:
             keys.approval_forget_ms(new.forget_at),
             keys.approval_tenant_index_base(self._prefix),
             keys.APPROVAL_PURGE_BATCH,
+            caps.per_key if caps else 0,
+            caps.per_tenant if caps else 0,
+            new.key_id,
         ]
         with unavailable("approval_put"):
-            await self._put(keys=names, args=args)
+            stored = int(await self._put(keys=names, args=args))
+        return _CAP_REACHED.get(stored)
 
     async def get(self, tenant: str, approval_id: str) -> Approval | None:
         with unavailable("approval_get"):

@@ -22,7 +22,7 @@ from redis.maint_notifications import MaintNotificationsConfig
 
 from gateway.settings import RedisStoreSettings
 from gateway.store import keys
-from gateway.store.approval_record import Approval, Decision
+from gateway.store.approval_record import Approval, Decision, PendingCaps
 from gateway.store.audit_batch import AuditRecord, canonical, check_batch
 from gateway.store.base import (
     WINDOW_S,
@@ -282,6 +282,9 @@ class RedisStore:
     # --- approvals ------------------------------------------------------------------------
     async def approval_put(self, record: Approval, ttl_s: float) -> None:
         await self._approvals.put(record, ttl_s)
+
+    async def approval_put_within(self, record: Approval, ttl_s: float, caps: PendingCaps) -> str | None:
+        return await self._approvals.put(record, ttl_s, caps)
 
     async def approval_get(self, tenant: str, approval_id: str) -> Approval | None:
         return await self._approvals.get(tenant, approval_id)

@@ -32,6 +32,7 @@ CREATE TABLE IF NOT EXISTS approvals (
 CREATE INDEX IF NOT EXISTS approvals_order ON approvals (requested_at);
 CREATE INDEX IF NOT EXISTS approvals_tenant_order ON approvals (tenant, requested_at);
 CREATE INDEX IF NOT EXISTS approvals_forget ON approvals (forget_at);
+CREATE INDEX IF NOT EXISTS approvals_pending ON approvals (tenant, status, expires_at);
 """
 
 PURGE_BATCH = 200  # forgotten approvals removed per put, so that one put stays short
@@ -72,9 +73,22 @@ def _read(row: tuple[Any, ...] | None, key: str) -> approvals.Approval | None:
     return None if row is None else approvals.read(row[0], row[1], row[2], key)
 
 
-def put(db: sqlite3.Connection, new: approvals.NewApproval, now: float) -> None:
+# Pending as read: undecided and not lapsed. The key is read from the record (it has no column of
+# its own); only the tenant's pending rows are read, through `approvals_pending`.
+_PENDING = """
+SELECT count(*), coalesce(sum(json_extract(CAST(record AS TEXT), '$.key_id') = :key_id), 0) FROM approvals
+WHERE tenant = :tenant AND status = 'pending' AND expires_at > :now AND forget_at > :now
+"""
+
+_LIVE = "SELECT 1 FROM approvals WHERE tenant = :tenant AND id = :id AND forget_at > :now"
+
+
+def put(
+    db: sqlite3.Connection, new: approvals.NewApproval, now: float, caps: approvals.PendingCaps | None = None
+) -> str | None:
     """A live approval with the same tenant and id is left as it is (a retried put cannot reset
-    a decided one); a forgotten one is replaced."""
+    a decided one); a forgotten one is replaced. With `caps`: the cap reached ("key" or
+    "tenant"), and nothing stored, if the key or its tenant has that many pending already."""
     params = {
         "tenant": new.tenant,
         "id": new.id,
@@ -87,7 +101,14 @@ def put(db: sqlite3.Connection, new: approvals.NewApproval, now: float) -> None:
     with transaction(db, "BEGIN IMMEDIATE"):
         db.execute(_PURGE, {"now": now, "batch": PURGE_BATCH})
         db.execute("DELETE FROM approvals WHERE tenant = :tenant AND id = :id AND forget_at <= :now", params)
+        if caps is not None and db.execute(_LIVE, params).fetchone() is None:
+            tenant_pending, key_pending = db.execute(_PENDING, {**params, "key_id": new.key_id}).fetchone()
+            if key_pending >= caps.per_key:
+                return "key"
+            if tenant_pending >= caps.per_tenant:
+                return "tenant"
         db.execute(_INSERT, params)
+    return None
 
 
 def get(db: sqlite3.Connection, tenant: str, approval_id: str, now: float) -> approvals.Approval | None:

@@ -161,12 +161,36 @@ async def test_a_full_queue_refuses_after_a_bounded_wait_instead_of_hanging(tmp_
         await writer.submit({"kind": "request"})
         await writer.submit({"kind": "request"})
         with pytest.raises(StoreUnavailable, match="audit"):
-            await asyncio.wait_for(writer.reserve(), timeout=10)
+            await asyncio.wait_for(writer.admit(), timeout=10)
         assert writer.stats.refused == 1
         assert writer.stuck_reason() is not None
     finally:
         await writer.stop()
         await store.aclose()
+
+
+async def test_admitted_work_holds_no_slot_and_its_record_is_queued_even_past_a_full_queue() -> None:
+    """Work waiting for a person or a body must not keep room from others; its record, when it
+    comes, is queued whatever the queue holds then (every admitted request has its record)."""
+    store = private_redis_store(free_port())  # nothing listens: nothing is ever written
+    writer = AuditWriter(
+        store, queue_size=2, batch_size=10, flush_interval_s=0.0, reserve_wait_s=0.2, shutdown_wait_s=0.3
+    )
+    writer.start()
+    try:
+        for _ in range(5):  # five held requests: admitted at once, the queue still empty
+            await asyncio.wait_for(writer.admit(), timeout=10)
+        assert writer.backlog == 0
+        assert writer.stuck_reason() is None
+        for i in range(5):  # they end: each record is queued, past queue_size too
+            writer.record({"kind": "request", "request_id": f"r{i}"})
+        assert writer.backlog == 5
+        with pytest.raises(StoreUnavailable, match="audit"):  # new work waits, then is refused
+            await asyncio.wait_for(writer.admit(), timeout=10)
+    finally:
+        await writer.stop()
+        await store.aclose()
+    assert writer.stats.lost == 5
 
 
 async def test_a_chain_that_went_back_is_reported_not_silently_continued(

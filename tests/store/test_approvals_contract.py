@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from gateway.store.approval_record import Approval, Decision
+from gateway.store.approval_record import Approval, Decision, PendingCaps
 from gateway.store.base import Store
 from tests.store.conftest import Backing
 from tests.store.helpers import approval_record
@@ -121,6 +121,59 @@ async def test_of_decisions_from_two_clients_exactly_one_wins(backing: Backing, 
     winner = next(record for won, record in results if won)
     assert await clients[0].approval_get("acme", "a1") == winner
     assert await clients[1].approval_get("acme", "a1") == winner
+
+
+# --- pending caps -------------------------------------------------------------------------
+
+
+async def test_a_capped_put_refuses_past_the_keys_cap_and_stores_nothing(backing: Backing, store: Store) -> None:
+    at = now(backing)
+    caps = PendingCaps(per_key=2, per_tenant=10)
+    assert await store.approval_put_within(approval_record("a1", requested_at=at), RETAIN, caps) is None
+    assert await store.approval_put_within(approval_record("a2", requested_at=at), RETAIN, caps) is None
+    assert await store.approval_put_within(approval_record("a3", requested_at=at), RETAIN, caps) == "key"
+    assert await store.approval_get("acme", "a3") is None
+    # Another key of the tenant, and another tenant, are not held back by this key's cap.
+    other_key = approval_record("b1", requested_at=at, key_id="k2")
+    assert await store.approval_put_within(other_key, RETAIN, caps) is None
+    assert await store.approval_put_within(approval_record("g1", "globex", requested_at=at), RETAIN, caps) is None
+    # A retried put of a live approval is no new approval: it changes nothing and is not refused.
+    assert await store.approval_put_within(approval_record("a1", requested_at=at), RETAIN, caps) is None
+
+
+async def test_a_capped_put_refuses_past_the_tenants_cap(backing: Backing, store: Store) -> None:
+    at = now(backing)
+    caps = PendingCaps(per_key=5, per_tenant=3)
+    for i in range(3):
+        record = approval_record(f"a{i}", requested_at=at, key_id=f"k{i}")
+        assert await store.approval_put_within(record, RETAIN, caps) is None
+    refused = approval_record("a9", requested_at=at, key_id="k9")
+    assert await store.approval_put_within(refused, RETAIN, caps) == "tenant"
+    assert await store.approval_get("acme", "a9") is None
+    assert await store.approval_put_within(approval_record("g1", "globex", requested_at=at), RETAIN, caps) is None
+
+
+async def test_decided_and_lapsed_approvals_are_not_pending(backing: Backing, store: Store) -> None:
+    at = now(backing)
+    caps = PendingCaps(per_key=1, per_tenant=1)
+    await store.approval_put(approval_record("old", requested_at=at - 120), RETAIN)  # lapsed a minute ago
+    assert await store.approval_put_within(approval_record("a1", requested_at=at), RETAIN, caps) is None
+    assert await store.approval_put_within(approval_record("a2", requested_at=at), RETAIN, caps) == "key"
+    assert (await store.approval_decide("acme", "a1", reject()))[0]
+    assert await store.approval_put_within(approval_record("a2", requested_at=at), RETAIN, caps) is None
+
+
+async def test_racing_capped_puts_from_two_clients_never_pass_the_cap(backing: Backing, store: Store) -> None:
+    clients = [store, backing.open()]
+    at = now(backing)
+    caps = PendingCaps(per_key=3, per_tenant=100)
+    puts = [
+        clients[i % 2].approval_put_within(approval_record(f"a{i}", requested_at=at), RETAIN, caps) for i in range(20)
+    ]
+    answers = await asyncio.gather(*puts)
+    assert answers.count(None) == 3
+    assert answers.count("key") == 17
+    assert len(await store.approval_list("acme", "pending", 100)) == 3
 
 
 # --- expiry -------------------------------------------------------------------------------

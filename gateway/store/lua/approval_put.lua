@@ -1,8 +1,10 @@
 -- Create an approval, after forgetting a batch of approvals whose retention has passed.
 -- KEYS: records, decisions, deadlines, forget, order, the tenant's index.
 -- ARGV: member, record JSON, requested_at, expires_at, forget_at, forget_ms, tenant index base,
--- purge batch. Returns 1 if stored, 0 if the member is already live (a retried put changes
--- nothing, so it cannot reset a decided approval) or its retention has already passed.
+-- purge batch, per-key cap, per-tenant cap (0, 0: none), the key id. Returns 1 if stored, 0 if the
+-- member is already live (a retried put changes nothing, so it cannot reset a decided approval) or
+-- its retention has already passed, -1 (-2) if the key (the tenant) has as many approvals pending
+-- as its cap allows.
 -- A member is `<tenant>:<id>`, both percent-encoded: its tenant index is the base plus the part
 -- before the colon (same hash tag, so the same slot as every declared key).
 
@@ -24,6 +26,23 @@ end
 local live = redis.call('ZSCORE', KEYS[4], member)
 if live and tonumber(live) > now then return 0 end
 if tonumber(ARGV[5]) <= now then return 0 end
+
+-- Pending: undecided, and its expires_at not passed. Every approval the tenant index holds is
+-- looked at (those of the retention too); only the pending ones are decoded, for their key.
+local per_key, per_tenant = tonumber(ARGV[9]), tonumber(ARGV[10])
+if per_tenant > 0 then
+    local mine, all = 0, 0
+    for _, other in ipairs(redis.call('ZRANGE', KEYS[6], 0, -1)) do
+        local deadline = redis.call('ZSCORE', KEYS[3], other)
+        if deadline and tonumber(deadline) > now and redis.call('HEXISTS', KEYS[2], other) == 0 then
+            all = all + 1
+            local stored = redis.call('HGET', KEYS[1], other)
+            if stored and cjson.decode(stored).key_id == ARGV[11] then mine = mine + 1 end
+        end
+    end
+    if mine >= per_key then return -1 end
+    if all >= per_tenant then return -2 end
+end
 
 redis.call('HSET', KEYS[1], member, ARGV[2])
 redis.call('HDEL', KEYS[2], member, member .. '#redeemed')
