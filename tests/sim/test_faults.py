@@ -31,7 +31,17 @@ def test_fault_header_parses_comma_separated_key_values(header: str, expected: F
 
 @pytest.mark.parametrize(
     "header",
-    ["status", "keepalive_after", "drip_health=maybe", "bogus=1", "status=abc", "status=200", "slow=-1", "error_rate=2", "cut_after=-3"],
+    [
+        "status",
+        "keepalive_after",
+        "drip_health=maybe",
+        "bogus=1",
+        "status=abc",
+        "status=200",
+        "slow=-1",
+        "error_rate=2",
+        "cut_after=-3",
+    ],
 )
 def test_bad_fault_header_is_rejected(header: str) -> None:
     with pytest.raises(FaultError):
