@@ -132,7 +132,7 @@ class _Handlers:
         ]
         return json_response({"object": "list", "data": data})
 
-    async def health(self, request: Request) -> Response | StallResponse:
+    async def health(self, request: Request) -> Response | StallResponse | DripResponse:
         self._state.counters.health_checks += 1
         faults = self._state.faults
         if faults.status is not None and faults.status >= 500:
