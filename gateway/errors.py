@@ -259,9 +259,14 @@ class UpstreamTimeout(UpstreamError):
     code = "upstream_timeout"
     reason = "timeout"
 
-    def __init__(self, message: str, *, deployment: str = "", phase: str) -> None:
+    def __init__(self, message: str, *, deployment: str = "", phase: str, deployment_limit: bool = False) -> None:
         super().__init__(message, deployment=deployment)
         self.phase = phase  # "connect" | "first_token" | "stall"
+        # The deployment's own first_token_s / stall_s ran out: its breaker opens at once, since
+        # every request it holds would wait as long. False for a connect timeout, an attempt's
+        # share of the request's deadline (the request's budget, not the deployment's fault), and
+        # an attempt cut because another one's stall opened the breaker.
+        self.deployment_limit = deployment_limit
 
     @property
     def public_message(self) -> str:

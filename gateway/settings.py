@@ -150,6 +150,9 @@ class ModelSettings(Frozen):
 class BreakerSettings(Frozen):
     failure_threshold: int = Field(default=5, ge=1, description="consecutive failures that open it")
     cooldown_s: Seconds = 10.0
+    # A deployment's own stall or first-token timeout opens it at once; its other attempts that
+    # have had no data for this long are cut then and fail over, instead of each waiting its own.
+    cut_idle_after_s: Seconds = Field(default=0.5, description="when a stall opens it: cut attempts idle this long")
 
 
 class HealthSettings(Frozen):

@@ -2,8 +2,8 @@
 
 Routes:
   POST /v1/chat/completions   streamed or not; honours process faults and the X-Sim-Fault header
-  GET  /v1/models             the profile's model ids
-  GET  /health                200, or the process status fault (>= 500), or a stall
+  GET  /v1/models             the profile's model ids (a body that never ends under `drip_health`)
+  GET  /health                200, or the process status fault (>= 500), a stall, or a drip
   GET  /sim/control           current faults, counters and profile
   PUT  /sim/control/faults    replace the process faults (JSON object of Faults fields)
   POST /sim/control/reset     back to the profile's faults, counters zeroed
@@ -25,7 +25,7 @@ from starlette.routing import Route
 from sim.faults import FAULT_HEADER, FaultError, Faults, faults_from_mapping, parse_faults
 from sim.profile import SimProfile
 from sim.reply import RequestError, plan_reply
-from sim.respond import ChatResponse, StallResponse
+from sim.respond import ChatResponse, DripResponse, StallResponse
 from sim.state import SimState
 from sim.wire import dumps, error_body
 
@@ -134,7 +134,9 @@ class _Handlers:
             reply = dataclasses.replace(reply, reported_usage=faults.usage)
         return ChatResponse(self._state, reply, faults)
 
-    async def models(self, request: Request) -> Response:
+    async def models(self, request: Request) -> Response | DripResponse:
+        if self._state.faults.drip_health:
+            return DripResponse()
         root = self._state.profile.served_root
         data = [
             {"id": model_id, "object": "model", "created": self._created, "owned_by": "sim"}
@@ -143,13 +145,15 @@ class _Handlers:
         ]
         return json_response({"object": "list", "data": data})
 
-    async def health(self, request: Request) -> Response | StallResponse:
+    async def health(self, request: Request) -> Response | StallResponse | DripResponse:
         self._state.counters.health_checks += 1
         faults = self._state.faults
         if faults.status is not None and faults.status >= 500:
             return fault_status_response(faults)
         if faults.stall_after is not None:
             return StallResponse()
+        if faults.drip_health:
+            return DripResponse()
         return json_response({"status": "ok"})
 
     async def control(self, request: Request) -> Response:

@@ -4,10 +4,10 @@ A `Faults` value describes how the sim misbehaves. The process-wide value comes 
 (and may be replaced at runtime through the control endpoint); a request can carry its own value in
 the `X-Sim-Fault` header, which replaces the process faults for that one request.
 
-Positional faults (`cut_after`, `stall_after`, `inband_error_after`, `malformed_after`) count emitted
-tokens: with `k` they fire at the moment token `k + 1` would have been sent, so `k == 0` fires before
-any token and `k == n` (the reply length) fires after the last token but before the finish chunk. A
-value larger than the reply length never fires.
+Positional faults (`cut_after`, `stall_after`, `keepalive_after`, `inband_error_after`,
+`malformed_after`) count emitted tokens: with `k` they fire at the moment token `k + 1` would have
+been sent, so `k == 0` fires before any token and `k == n` (the reply length) fires after the last
+token but before the finish chunk. A value larger than the reply length never fires.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ class PositionalFault(Enum):
 
     ABORT = "cut"
     STALL = "stall"
+    KEEPALIVE = "keepalive"  # SSE comments forever: alive on the wire, silent in the data
     INBAND_ERROR = "inband_error"
     MALFORMED = "malformed"
 
@@ -57,12 +58,16 @@ class Faults:
     length: Annotated[int, Field(ge=1)] | None = None
     chunk_tokens: Annotated[int, Field(ge=1)] = 1
     usage: int | float | None = None
+    keepalive_after: _Count | None = None
+    # /health and /v1/models start a 200 and never finish the body.
+    drip_health: bool = False
 
     def first_positional(self) -> tuple[int, PositionalFault] | None:
         """The earliest positional fault; on a tie the harsher one wins (abort before stall...)."""
         candidates = [
             (self.cut_after, PositionalFault.ABORT),
             (self.stall_after, PositionalFault.STALL),
+            (self.keepalive_after, PositionalFault.KEEPALIVE),
             (self.inband_error_after, PositionalFault.INBAND_ERROR),
             (self.malformed_after, PositionalFault.MALFORMED),
         ]
@@ -76,10 +81,13 @@ class Faults:
 
 
 FAULT_FIELDS: frozenset[str] = frozenset(f.name for f in dataclasses.fields(Faults))
+# Fields that may be named alone (`drip_health`), meaning true.
+_FLAG_FIELDS: frozenset[str] = frozenset(f.name for f in dataclasses.fields(Faults) if f.type in (bool, "bool"))
 
 
 def parse_fault_fields(text: str) -> dict[str, str | None]:
-    """Split `key=value,key=value` into raw strings; `none` (or an empty value) clears a field.
+    """Split `key=value,key=value` into raw strings; `none` (or an empty value) clears a field, and
+    a flag named alone (`drip_health`) is set.
 
     The values stay strings so that they can be merged over other settings before validation.
     """
@@ -90,6 +98,8 @@ def parse_fault_fields(text: str) -> dict[str, str | None]:
             continue
         key, sep, value = item.partition("=")
         key = key.strip().lower().replace("-", "_")
+        if not sep and key in _FLAG_FIELDS:
+            sep, value = "=", "true"
         if not sep or key not in FAULT_FIELDS:
             raise FaultError(f"bad fault item {item!r}: expected key=value with key in {sorted(FAULT_FIELDS)}")
         value = value.strip()

@@ -55,6 +55,38 @@ class StallResponse:
         await wait_for_disconnect(receive)
 
 
+_KEEPALIVE = b": keep-alive\n\n"
+_KEEPALIVE_EVERY_S = 0.1
+
+
+async def _send_keepalives(send: Send, watcher: asyncio.Future[None], first: bytes = b"") -> None:
+    """SSE comments every 0.1 s until the client goes away: a server that looks alive and says nothing."""
+    body = first + _KEEPALIVE
+    while not watcher.done():
+        await send({"type": "http.response.body", "body": body, "more_body": True})
+        body = _KEEPALIVE
+        await asyncio.wait({watcher}, timeout=_KEEPALIVE_EVERY_S)
+
+
+class DripResponse:
+    """A 200 JSON answer whose body starts and never ends: one byte every 0.1 s until the client
+    goes away (a health endpoint that is wedged after its headers)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        watcher = asyncio.ensure_future(wait_for_disconnect(receive))
+        try:
+            await send(
+                {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]}
+            )
+            body = b'{"status": '
+            while not watcher.done():
+                await send({"type": "http.response.body", "body": body, "more_body": True})
+                body = b" "
+                await asyncio.wait({watcher}, timeout=_KEEPALIVE_EVERY_S)
+        finally:
+            watcher.cancel()
+
+
 class _Pacer:
     """Releases emissions on schedule: TTFT for the first, then TPOT each, against absolute
     deadlines so event-loop overhead does not stretch long streams."""
@@ -158,6 +190,9 @@ class ChatResponse:
         if fault is PositionalFault.STALL:
             await watcher
             return False
+        if fault is PositionalFault.KEEPALIVE:
+            await _send_keepalives(send, watcher, pending)
+            return False
         body = pending + sse_error(_INBAND_MESSAGE, _INBAND_CODE) + DONE
         await send({"type": "http.response.body", "body": body, "more_body": False})
         return True
@@ -172,7 +207,7 @@ class ChatResponse:
             return False
         body = dumps(completion_body(reply, new_completion_id(), int(time.time())))
         fault = self._fault_at(steps)
-        if fault is PositionalFault.STALL:
+        if fault in (PositionalFault.STALL, PositionalFault.KEEPALIVE):  # no comments outside a stream
             await watcher
             return False
         if fault is PositionalFault.ABORT:

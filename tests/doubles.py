@@ -50,5 +50,8 @@ class ScriptedBackend:
         if self.probe_error is not None:
             raise self.probe_error
 
+    def cut_idle(self, idle_s: float) -> int:
+        return 0
+
     async def aclose(self) -> None:
         return None

@@ -108,4 +108,9 @@ class Backend(Protocol):
         """Cheap liveness check for active health probes; raise `UpstreamError` if unhealthy."""
         ...
 
+    def cut_idle(self, idle_s: float) -> int:
+        """End every wait of this backend's streams that has had no data for `idle_s` with a
+        retryable `UpstreamTimeout` (its breaker just opened on a stall); how many were cut."""
+        ...
+
     async def aclose(self) -> None: ...

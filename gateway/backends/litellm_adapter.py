@@ -111,7 +111,10 @@ class LiteLLMBackend:
                 yield chunk
         except TimeoutError:
             raise UpstreamTimeout(
-                f"no {phase.replace('_', ' ')} within {limit:g}s", deployment=self.name, phase=phase
+                f"no {phase.replace('_', ' ')} within {limit:g}s",
+                deployment=self.name,
+                phase=phase,
+                deployment_limit=True,
             ) from None
         except _openai_error() as exc:
             raise self._translate(exc) from None
@@ -134,6 +137,10 @@ class LiteLLMBackend:
         # Most providers behind litellm have no free health endpoint; the breaker and passive
         # latency statistics watch them instead.
         return None
+
+    def cut_idle(self, idle_s: float) -> int:
+        # litellm's client owns its waits: these streams end at their own stall_s.
+        return 0
 
     async def aclose(self) -> None:
         return None

@@ -45,6 +45,8 @@ from gateway.settings import Continuation, DeploymentSettings
 from gateway.wire import chunk_from_openai, plain_text
 
 _MAX_ERROR_BODY = 16 * 1024
+# A health answer is read whole (a 200 whose body never ends is no answer), up to this size.
+_MAX_PROBE_BODY = 1024 * 1024
 # A timer may fire a hair before its time (uvloop counts in milliseconds): that is on time.
 _TIMER_SLACK_S = 0.001
 
@@ -71,6 +73,8 @@ class OpenAICompatBackend:
         # vLLM-style servers say on every chunk how many tokens the answer has so far: what a
         # continuation's max_tokens and a failed attempt's usage are counted in.
         self._running_usage = deployment.continuation is Continuation.VLLM
+        # The deadlines of the streams in flight, so that a stall of one can cut the others (cut_idle).
+        self._live: set[_Deadline] = set()
 
     async def stream(self, request: BackendRequest) -> AsyncGenerator[Chunk, None]:
         body = {**request.body, "stream": True}
@@ -78,6 +82,7 @@ class OpenAICompatBackend:
         if self._running_usage:
             body["stream_options"]["continuous_usage_stats"] = True
         deadline = _Deadline(self._timeouts.first_token_s, self._timeouts.stall_s)
+        self._live.add(deadline)
         try:
             upstream = await self._send(orjson.dumps(body), request.headers, deadline)
             done = False
@@ -113,7 +118,11 @@ class OpenAICompatBackend:
                 raise  # not the upstream's doing (a bad header, say): it goes up as it is
             raise translated from None
         finally:
+            self._live.discard(deadline)
             deadline.cancel()
+
+    def cut_idle(self, idle_s: float) -> int:
+        return sum(deadline.cut(idle_s) for deadline in list(self._live))
 
     async def _send(self, payload: bytes, headers: dict[str, str], deadline: _Deadline) -> Response:
         template = self._chat
@@ -124,11 +133,16 @@ class OpenAICompatBackend:
 
     def _translate(self, exc: Exception, deadline: _Deadline) -> UpstreamError | None:
         if isinstance(exc, TimeoutError):
+            if deadline.was_cut:
+                return UpstreamTimeout(
+                    "cut: another request's stall opened the breaker", deployment=self.name, phase=deadline.phase
+                )
             limit = self._timeouts.stall_s if deadline.phase == "stall" else self._timeouts.first_token_s
             return UpstreamTimeout(
                 f"no {deadline.phase.replace('_', ' ')} within {limit:g}s",
                 deployment=self.name,
                 phase=deadline.phase,
+                deployment_limit=True,
             )
         if isinstance(exc, ConnectTimedOut):
             return UpstreamTimeout(f"connect timeout: {exc!r}", deployment=self.name, phase="connect")
@@ -176,28 +190,43 @@ class OpenAICompatBackend:
         )
 
     async def probe(self) -> None:
-        """GET health_path through the request pool, within the first-token deadline."""
+        """GET health_path through the request pool and read the whole answer (at most 1 MiB; a
+        JSON one must parse). A body that never ends is bounded by the caller's timeout (the
+        health monitor's `timeout_s`) and, failing that, the first-token deadline."""
         route, template = self._health
         if isinstance(template, ValueError):
             raise UpstreamConnectError(f"health probe failed: {template}", deployment=self.name)
         deadline = _Deadline(self._timeouts.first_token_s, self._timeouts.stall_s)
         try:
             response = await route.pool.request(template.render(b""), deadline.wait, deadline.when)
-            await response.aclose(self._timeouts.stall_s)  # the body is not needed; the connection is
+            try:
+                if response.status >= 400:
+                    raise UpstreamStatusError(
+                        f"health probe answered {response.status}",
+                        deployment=self.name,
+                        upstream_status=response.status,
+                    )
+                content_type = response.header("content-type")
+                body = await _bounded_body(response, _MAX_PROBE_BODY)
+            finally:
+                await response.aclose()  # read to its end, it serves again; else it is closed
         except ConnectTimedOut:
             raise UpstreamTimeout("health probe timed out", deployment=self.name, phase="connect") from None
-        except TimeoutError:  # connected, but no answer in time: slow, not unreachable
+        except TimeoutError:  # connected, but no (whole) answer in time: slow, not unreachable
             raise UpstreamTimeout("health probe timed out", deployment=self.name, phase="first_token") from None
         except TransportError as exc:
             raise UpstreamConnectError(f"health probe failed: {exc!r}", deployment=self.name) from None
         finally:
             deadline.cancel()
-        if response.status >= 400:
-            raise UpstreamStatusError(
-                f"health probe answered {response.status}",
-                deployment=self.name,
-                upstream_status=response.status,
-            )
+        self._check_probe_body(body, content_type)
+
+    def _check_probe_body(self, body: bytes | None, content_type: str | None) -> None:
+        if body is None:
+            raise UpstreamProtocolError(f"health probe answer over {_MAX_PROBE_BODY} bytes", deployment=self.name)
+        media = (content_type or "").partition(";")[0].strip().lower()
+        # An empty body is an answer (vLLM's /health sends none); JSON that is there must parse.
+        if body and (media == "application/json" or media.endswith("+json")) and not _parses(body):
+            raise UpstreamProtocolError("health probe answer is not valid JSON", deployment=self.name)
 
     async def aclose(self) -> None:
         await self._route.pool.aclose()
@@ -207,7 +236,8 @@ class OpenAICompatBackend:
 
 
 class _Deadline:
-    """The first-token deadline, then a stall deadline re-armed whenever the consumer asks for more.
+    """The first-token deadline, then a stall deadline re-armed whenever the consumer asks for more
+    after a read that completed an event (comments and keep-alives do not count).
 
     One loop timer per request rather than one `asyncio.timeout` per read: re-arming only moves
     `when`, and a timer that fires early (the deadline moved on) sets itself again. It fails the
@@ -219,8 +249,10 @@ class _Deadline:
     def __init__(self, first_token_s: float, stall_s: float) -> None:
         self._loop = asyncio.get_running_loop()
         self._stall_s = stall_s
-        self.when = self._loop.time() + first_token_s
+        self.since = self._loop.time()  # the start, then the last re-arm: when data last came
+        self.when = self.since + first_token_s
         self.phase = "first_token"
+        self.was_cut = False
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = math.inf
         self._waiting: asyncio.Future[None] | None = None
@@ -230,7 +262,18 @@ class _Deadline:
 
     def rearm(self) -> None:
         if self.phase == "stall":
-            self.when = self._loop.time() + self._stall_s
+            self.since = self._loop.time()
+            self.when = self.since + self._stall_s
+
+    def cut(self, idle_s: float) -> bool:
+        """Fail the wait now if it has had no data for `idle_s` (another request's stall opened
+        the deployment's breaker); a stream whose chunk is with its consumer is left alone."""
+        future = self._waiting
+        if future is None or future.done() or self._loop.time() - self.since < idle_s:
+            return False
+        self.was_cut = True
+        future.set_exception(TimeoutError())
+        return True
 
     async def wait(self, future: asyncio.Future[None]) -> None:
         """Await `future`; at the deadline it fails with TimeoutError."""
@@ -271,21 +314,24 @@ class _SSEBody:
         self._body = body
         self._deadline = deadline
         self._reader: SseReader | None = SseReader()
-        self._started = False
+        self._data = False  # the last read completed an event: only data re-arms the stall clock
 
     async def read(self) -> list[SseEvent] | None:
         """The events the next network read completed (perhaps none); None once the body has ended."""
         reader = self._reader
         if reader is None:
             return None
-        if self._started:
-            self._deadline.rearm()  # the consumer is back: the stall clock starts from now
-        self._started = True
+        if self._data:
+            # The consumer is back after data: the stall clock starts from now. Comments and
+            # keep-alives (reads that complete no event) do not move it: a server that sends
+            # only those is as stalled as a silent one.
+            self._deadline.rearm()
         part = await self._body.receive()
-        if part:
-            return reader.feed(part)
-        self._reader = None
-        return reader.close()
+        events = reader.feed(part) if part else reader.close()
+        if not part:
+            self._reader = None
+        self._data = bool(events)
+        return events
 
 
 def _template_or_error(route: Route, method: str, path: str, headers: dict[str, str]) -> RequestTemplate | ValueError:
@@ -306,6 +352,24 @@ def _health_request(
         return route, _template_or_error(route, "GET", f"{route.path}/{path.lstrip('/')}", headers)
     health = Route(path, max_connections=1, connect_timeout_s=deployment.timeouts.connect_s, share=route)
     return health, _template_or_error(health, "GET", health.path or "/", headers)
+
+
+async def _bounded_body(response: Response, limit: int) -> bytes | None:
+    """The whole body, or None once it passes `limit` bytes."""
+    body = bytearray()
+    while part := await response.receive():
+        body += part
+        if len(body) > limit:
+            return None
+    return bytes(body)
+
+
+def _parses(body: bytes) -> bool:
+    try:
+        orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return False
+    return True
 
 
 def _loads_or_none(body: bytes) -> Any:

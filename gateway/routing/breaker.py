@@ -1,7 +1,8 @@
 """Per-deployment circuit breaker: closed -> open -> half-open -> closed.
 
-Open after `failure_threshold` consecutive failures; after `cooldown_s` one trial request is let
-through (half-open); its success closes the breaker, its failure opens it for another cooldown.
+Open after `failure_threshold` consecutive failures, or at once when `trip`ped (a deployment's own
+stall or first-token timeout); after `cooldown_s` one trial request is let through (half-open); its
+success closes the breaker, its failure opens it for another cooldown.
 """
 
 from __future__ import annotations
@@ -74,6 +75,18 @@ class CircuitBreaker:
         was_trial = self._trial_in_flight
         self._trial_in_flight = False
         if was_trial or (not self._open and self._failures >= self._threshold):
+            self._open = True
+            self._opened_at = self._clock()
+            self._notify(BreakerState.OPEN)
+
+    def trip(self) -> None:
+        """Open now, whatever the count: the deployment went silent past its own limit, and every
+        request it holds or is sent meanwhile would wait as long. Already open: the cooldown keeps
+        running from the first trip (a half-open trial's failure opens it again)."""
+        self._failures += 1
+        was_trial = self._trial_in_flight
+        self._trial_in_flight = False
+        if was_trial or self.state is not BreakerState.OPEN:
             self._open = True
             self._opened_at = self._clock()
             self._notify(BreakerState.OPEN)

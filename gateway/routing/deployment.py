@@ -47,6 +47,7 @@ class Deployment:
         self.healthy = True
         self.failed_probes = 0
         self.cooling_until = 0.0
+        self._cut_idle_after_s = routing.breaker.cut_idle_after_s
         self._clock = clock
 
     def availability(self) -> Availability:
@@ -66,6 +67,13 @@ class Deployment:
     def serving(self) -> bool:
         """Counts towards readiness: healthy and not cut off by its breaker."""
         return self.healthy and self.breaker.state is not BreakerState.OPEN
+
+    def stalled(self) -> int:
+        """Its own stall or first-token limit ran out on one attempt: open the breaker, and cut the
+        attempts still waiting on it that have had no data for a while, so that they fail over now
+        rather than each after its own timeout. How many were cut."""
+        self.breaker.trip()
+        return self.backend.cut_idle(self._cut_idle_after_s)
 
     def cool_down(self, seconds: float) -> None:
         self.cooling_until = max(self.cooling_until, self._clock() + seconds)

@@ -259,7 +259,10 @@ class Router:
         except UpstreamError as error:
             progress.discard_pending()
             attempt.error = error.reason
-            deployment.breaker.record_failure()
+            if isinstance(error, UpstreamTimeout) and error.deployment_limit:
+                deployment.stalled()
+            else:
+                deployment.breaker.record_failure()
             raise
         except BaseException:
             deployment.breaker.release()  # the client went away: no verdict on the deployment

@@ -528,3 +528,99 @@ async def test_an_abandoned_stream_frees_its_connection() -> None:
         assert (await anext(second)).content == "a"
         await second.aclose()
         await b.aclose()
+
+
+def commenting(first: bytes, every_s: float = 0.02) -> Respond:
+    """`first`, then SSE comments every `every_s` forever: alive on the wire, silent in the data."""
+
+    async def respond(writer: asyncio.StreamWriter, _: int) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n%x\r\n%s\r\n" % (len(first), first))
+        for _ in range(500):  # 10 s at most
+            await asyncio.sleep(every_s)
+            writer.write(b"%x\r\n%s\r\n" % (len(b": keep-alive\n\n"), b": keep-alive\n\n"))
+            await writer.drain()
+
+    return respond
+
+
+@pytest.mark.parametrize(
+    ("first", "phase"),
+    [(b": waiting\n\n", "first_token"), (b"data: " + orjson.dumps(chunk("a")) + b"\n\n", "stall")],
+)
+async def test_comments_and_keepalives_do_not_reset_the_deadlines(first: bytes, phase: str) -> None:
+    async with FakeUpstream(commenting(first)) as upstream:
+        b = direct(upstream.url, first_token_s=0.3, stall_s=0.3)
+        started = time.monotonic()
+        with pytest.raises(UpstreamTimeout) as raised:
+            await collect(b)
+        assert raised.value.phase == phase
+        assert raised.value.deployment_limit  # the deployment's own limit, not a request's deadline
+        assert time.monotonic() - started < 1
+        await b.aclose()
+
+
+def health_answer(head: bytes, body: bytes = b"", drip_s: float | None = None) -> Respond:
+    """A health answer: `head`, then `body` (with `drip_s`, a byte of it at a time, that often)."""
+
+    async def respond(writer: asyncio.StreamWriter, _: int) -> None:
+        writer.write(head)
+        if drip_s is None:
+            writer.write(body)
+            return
+        for byte in body:
+            writer.write(bytes([byte]))
+            await writer.drain()
+            await asyncio.sleep(drip_s)
+
+    return respond
+
+
+JSON_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n"
+
+
+def one_chunk(body: bytes) -> bytes:
+    return b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+
+
+@pytest.mark.parametrize(
+    "respond",
+    [
+        health_answer(JSON_HEAD, one_chunk(b'{"status": "ok"')),  # JSON that does not parse
+        health_answer(http_fixed("200 OK", b"x" * (2 << 20), b"content-type: text/plain\r\n")),  # beyond 1 MiB
+    ],
+    ids=["bad-json", "too-large"],
+)
+async def test_a_probe_answer_must_be_whole_bounded_and_parse_as_its_content_type(respond: Respond) -> None:
+    async with FakeUpstream(respond) as upstream:
+        b = direct(upstream.url)
+        with pytest.raises(UpstreamProtocolError, match="health probe"):
+            await b.probe()
+        await b.aclose()
+
+
+async def test_a_probe_reads_the_whole_answer() -> None:
+    body = b'{"object": "list", "data": []}'
+    async with FakeUpstream(health_answer(JSON_HEAD, one_chunk(body))) as upstream:
+        b = direct(upstream.url)
+        await b.probe()
+        await b.probe()  # the connection was read to its end, so it serves again
+        await b.aclose()
+    assert upstream.connections == 1
+
+
+async def test_a_probe_whose_body_drips_is_unhealthy_after_the_health_timeout() -> None:
+    from gateway.routing.deployment import Deployment
+    from gateway.routing.health import HealthMonitor
+    from gateway.settings import HealthSettings, RoutingSettings
+
+    drip = health_answer(JSON_HEAD, b"%x\r\n" % 400 + b'{"status": ' + b" " * 400, drip_s=0.05)
+    async with FakeUpstream(drip) as upstream:
+        b = direct(upstream.url)
+        deployment = Deployment(b._deployment, b, RoutingSettings())
+        monitor = HealthMonitor([deployment], HealthSettings(timeout_s=0.3, unhealthy_after=1))
+        started = time.monotonic()
+        assert await monitor.probe(deployment) is False
+        assert 0.25 < time.monotonic() - started < 1
+        assert not deployment.healthy
+        assert not deployment.serving
+        await b.aclose()

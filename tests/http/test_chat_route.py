@@ -25,6 +25,9 @@ class Buggy:
     async def probe(self) -> None:
         return None
 
+    def cut_idle(self, idle_s: float) -> int:
+        return 0
+
     async def aclose(self) -> None:
         return None
 

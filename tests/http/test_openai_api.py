@@ -36,6 +36,9 @@ class FailingAfterOutput:
     async def probe(self) -> None:
         return None
 
+    def cut_idle(self, idle_s: float) -> int:
+        return 0
+
     async def aclose(self) -> None:
         return None
 

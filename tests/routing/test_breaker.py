@@ -70,3 +70,21 @@ def test_abandoned_trial_frees_the_half_open_slot() -> None:
     assert breaker.acquire()
     breaker.release()
     assert breaker.acquire()
+
+
+def test_a_trip_opens_at_once_and_keeps_the_cooldown_of_the_first_trip() -> None:
+    clock = Clock()
+    breaker = CircuitBreaker(failure_threshold=5, cooldown_s=10, clock=clock)
+    breaker.trip()
+    assert state(breaker) is BreakerState.OPEN
+    clock.now = 6.0
+    breaker.trip()  # another attempt cut by the same stall: the cooldown does not start again
+    clock.now = 10.0
+    assert state(breaker) is BreakerState.HALF_OPEN
+    assert breaker.acquire()
+    breaker.trip()  # the trial stalled too
+    assert state(breaker) is BreakerState.OPEN
+    clock.now = 20.0
+    assert breaker.acquire()
+    breaker.record_success()
+    assert state(breaker) is BreakerState.CLOSED

@@ -10,6 +10,7 @@ from gateway.errors import (
     UpstreamConnectError,
     UpstreamProtocolError,
     UpstreamStatusError,
+    UpstreamTimeout,
 )
 from gateway.routing.deployment import Availability, Deployment
 from gateway.routing.router import ModelGroup, RouteLog, Router
@@ -241,3 +242,15 @@ async def test_failure_after_the_last_allowed_token_ends_with_length_not_a_fallb
     assert text(chunks) == "one two"
     assert [c.finish_reason for c in chunks if c.finish_reason] == ["length"]
     assert b.requests == []
+
+
+@pytest.mark.parametrize("own_limit", [True, False])
+async def test_only_a_deployments_own_timeout_opens_its_breaker_at_once(own_limit: bool) -> None:
+    timeout = UpstreamTimeout("silent", phase="stall", deployment_limit=own_limit)
+    a = ScriptedBackend("a", Script(tokens=["x", "y"], error=timeout, fail_after=1))
+    b = ScriptedBackend("b", Script(tokens=["y"]))
+    router = make_router(a, b, continuation=Continuation.VLLM, breaker={"failure_threshold": 5})
+    assert text(await collect(router)) == "xy"
+    # A request's deadline share running out is the request's budget, not the deployment's fault.
+    expected = Availability.OPEN if own_limit else Availability.READY
+    assert router.groups["m"].deployments[0].availability() is expected

@@ -17,6 +17,9 @@ from sim.profile import ProfileError, SimProfile, load_profile
         ("stall_after=3,slow=1.5", Faults(stall_after=3, slow=1.5)),
         (" error_rate = 0.25 , inband_error_after=2 ", Faults(error_rate=0.25, inband_error_after=2)),
         ("malformed-after=0", Faults(malformed_after=0)),
+        ("keepalive_after=2", Faults(keepalive_after=2)),
+        ("drip_health", Faults(drip_health=True)),
+        ("drip_health=false,keepalive_after=0", Faults(keepalive_after=0)),
         ("", Faults()),
         ("none", Faults()),
         ("status=none", Faults()),
@@ -28,7 +31,17 @@ def test_fault_header_parses_comma_separated_key_values(header: str, expected: F
 
 @pytest.mark.parametrize(
     "header",
-    ["status", "bogus=1", "status=abc", "status=200", "slow=-1", "error_rate=2", "cut_after=-3"],
+    [
+        "status",
+        "keepalive_after",
+        "drip_health=maybe",
+        "bogus=1",
+        "status=abc",
+        "status=200",
+        "slow=-1",
+        "error_rate=2",
+        "cut_after=-3",
+    ],
 )
 def test_bad_fault_header_is_rejected(header: str) -> None:
     with pytest.raises(FaultError):

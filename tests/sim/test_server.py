@@ -99,3 +99,52 @@ def test_process_stall_fault_also_stalls_health(sim_url: str) -> None:
         finally:
             client.post(f"{base}/sim/control/reset").raise_for_status()
         assert client.get(f"{base}/health").json() == {"status": "ok"}
+
+
+def test_keepalive_fault_sends_comments_after_k_tokens_and_never_finishes(sim_url: str) -> None:
+    tokens: list[str] = []
+    comments = 0
+    # Comments every 0.1 s: a 0.5 s read timeout never fires while they keep coming.
+    with httpx.Client(timeout=httpx.Timeout(10, read=0.5)) as client:
+        body = {**BODY, "stream": True}
+        with client.stream(
+            "POST", f"{sim_url}/chat/completions", json=body, headers={"X-Sim-Fault": "keepalive_after=3"}
+        ) as response:
+            assert response.status_code == 200
+            lines = response.iter_lines()
+            for line in lines:
+                if line.startswith("data: "):
+                    tokens.append(line.removeprefix("data: "))
+                elif line == ": keep-alive":
+                    comments += 1
+                    if comments == 10:  # 1 s of comments, and still no [DONE]
+                        break
+    assert DONE not in tokens
+    assert len(content_tokens(sse_events("".join(f"data: {p}\n\n" for p in tokens)))) == 3
+    assert comments == 10
+
+
+def test_keepalive_fault_on_a_non_stream_request_is_a_stall(sim_url: str) -> None:
+    with httpx.Client(timeout=httpx.Timeout(10, read=0.5)) as client, pytest.raises(httpx.ReadTimeout):
+        client.post(f"{sim_url}/chat/completions", json=BODY, headers={"X-Sim-Fault": "keepalive_after=2"})
+
+
+def test_drip_health_fault_starts_a_200_on_health_and_models_and_never_ends_it(sim_url: str) -> None:
+    base = sim_url.removesuffix("/v1")
+    with httpx.Client(timeout=httpx.Timeout(10, read=0.5)) as client:
+        client.put(f"{base}/sim/control/faults", json={"drip_health": True}).raise_for_status()
+        try:
+            for path in (f"{base}/health", f"{sim_url}/models"):
+                received = b""
+                with client.stream("GET", path) as response:
+                    assert response.status_code == 200
+                    assert response.headers["content-type"] == "application/json"
+                    for part in response.iter_raw():
+                        received += part
+                        if len(received) >= 20:  # ~1 s of dripping, and the body is still open
+                            break
+                assert received.startswith(b'{"status": ')
+        finally:
+            client.post(f"{base}/sim/control/reset").raise_for_status()
+        assert client.get(f"{base}/health").json() == {"status": "ok"}
+        assert client.get(f"{sim_url}/models").json()["data"]
