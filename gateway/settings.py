@@ -292,6 +292,11 @@ class DisconnectPolicy(StrEnum):
     CANCEL = "cancel"  # generation stops with the last reader
 
 
+class SessionStoreFailMode(StrEnum):
+    SERVE_UNRESUMABLE = "serve_unresumable"  # answer without a checkpoint, X-Session-Resumable: false
+    CLOSED = "fail_closed"  # refuse with 503
+
+
 class SessionSettings(Frozen):
     """Checkpoints of streamed responses, for resume and replica failover."""
 
@@ -301,6 +306,10 @@ class SessionSettings(Frozen):
     resume_ttl_s: Seconds = Field(default=600.0, description="how long a session stays resumable")
     lease_ttl_s: Seconds = Field(default=5.0, description="a dead replica's streams are taken over after this")
     on_client_disconnect: DisconnectPolicy = DisconnectPolicy.CONTINUE
+    # A request naming a session while the store is down: agents always name one, so the default
+    # answers it (without a checkpoint: it cannot be resumed, and the response says so) rather than
+    # failing all agent traffic for the outage; X-Session-Append needs the stored history: 503.
+    on_store_error: SessionStoreFailMode = SessionStoreFailMode.SERVE_UNRESUMABLE
     # Transcripts (prompts and answers) are kept only for requests that name a session
     # (X-Session-Id or X-Session-Append), or for the tenants and key ids listed here; any other
     # request keeps nothing once its stream is over but the streamed events (for resume).
