@@ -225,6 +225,15 @@ class EmbeddedStoreSettings(Frozen):
     path: Path = Path("./data")
 
 
+class StoreReadinessSettings(Frozen):
+    """When the failures live traffic sees make a replica not ready, whatever its probe says."""
+
+    window_s: int = Field(default=5, ge=1, le=300, description="seconds of store calls counted")
+    min_failures: int = Field(default=5, ge=1, description="fewer failed calls than this never count")
+    failure_ratio: float = Field(default=0.2, gt=0, le=1, description="share of failed calls that does")
+    recovered_after: int = Field(default=20, ge=1, description="calls in a row that worked: the store is back")
+
+
 class RedisStoreSettings(Frozen):
     kind: Literal["redis"] = "redis"
     url: RedisUrl = "redis://127.0.0.1:6379/0"
@@ -235,6 +244,7 @@ class RedisStoreSettings(Frozen):
     # enough that a burst on a loaded machine queues instead of turning into 503s.
     pool_wait_s: Seconds = Field(default=5.0, description="how long a call waits for a pooled connection")
     cluster: bool = Field(default=False, description="url names one node of a Redis Cluster (the rest are discovered)")
+    readiness: StoreReadinessSettings = Field(default_factory=StoreReadinessSettings)
 
 
 class FailMode(StrEnum):
