@@ -178,7 +178,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
         RetryDiscipline(settings.quota.refuse_early_retries),  # a 429 anywhere below tells the key to wait
         AssignSession(settings.sessions),
         ParseRequest(settings.server.max_json_depth, settings.server.parse_in_thread_bytes),
-        AppendHistory(store),
+        AppendHistory(store, settings.sessions.on_store_error),
         ResolveModel(tenancy),
         ApplyRelease(active_releases, releases),
         tool_policy,

@@ -15,6 +15,7 @@ place that turns them into responses.
     │   └── ModelNotFound           404
     ├── MethodNotAllowed            405  invalid_request_error (GET /mcp: no standalone stream)
     ├── Conflict                    409  conflict           (an approval already decided)
+    │   └── SessionNotResumable     409  session_not_resumable (answered while the store was down)
     ├── RateLimited                 429  rate_limit_error   (Retry-After)
     │   ├── InsufficientQuota       429  insufficient_quota (a token budget is spent)
     │   ├── TooManyPendingApprovals 429  too_many_pending_approvals (tools.max_pending_approvals_*)
@@ -133,6 +134,12 @@ class Conflict(GatewayError):
     status = 409
     type = "invalid_request_error"
     code = "conflict"
+
+
+class SessionNotResumable(Conflict):
+    """The session's latest answer was served while the store was down, without a checkpoint."""
+
+    code = "session_not_resumable"
 
 
 class RateLimited(GatewayError):

@@ -80,6 +80,9 @@ class RequestContext:
     session_shared: bool = False  # the session is open to every key of its tenant
     keep_transcript: bool = False  # opted in (X-Session-Id, or config): the prompts and answers are stored
     session_new: bool = False  # the id was made here (no X-Session-Id): no store holds it yet
+    # AppendHistory: the store was down (sessions.on_store_error: serve_unresumable), so this
+    # answer is served without a checkpoint and nothing of it is written to the session.
+    session_unresumable: bool = False
 
     # Admit (quota/stage.py).
     estimated_prompt_tokens: int = 0

@@ -225,6 +225,15 @@ class EmbeddedStoreSettings(Frozen):
     path: Path = Path("./data")
 
 
+class StoreReadinessSettings(Frozen):
+    """When the failures live traffic sees make a replica not ready, whatever its probe says."""
+
+    window_s: int = Field(default=5, ge=1, le=300, description="seconds of store calls counted")
+    min_failures: int = Field(default=5, ge=1, description="fewer failed calls than this never count")
+    failure_ratio: float = Field(default=0.2, gt=0, le=1, description="share of failed calls that does")
+    recovered_after: int = Field(default=20, ge=1, description="calls in a row that worked: the store is back")
+
+
 class RedisStoreSettings(Frozen):
     kind: Literal["redis"] = "redis"
     url: RedisUrl = "redis://127.0.0.1:6379/0"
@@ -235,6 +244,7 @@ class RedisStoreSettings(Frozen):
     # enough that a burst on a loaded machine queues instead of turning into 503s.
     pool_wait_s: Seconds = Field(default=5.0, description="how long a call waits for a pooled connection")
     cluster: bool = Field(default=False, description="url names one node of a Redis Cluster (the rest are discovered)")
+    readiness: StoreReadinessSettings = Field(default_factory=StoreReadinessSettings)
 
 
 class FailMode(StrEnum):
@@ -292,6 +302,11 @@ class DisconnectPolicy(StrEnum):
     CANCEL = "cancel"  # generation stops with the last reader
 
 
+class SessionStoreFailMode(StrEnum):
+    SERVE_UNRESUMABLE = "serve_unresumable"  # answer without a checkpoint, X-Session-Resumable: false
+    CLOSED = "fail_closed"  # refuse with 503
+
+
 class SessionSettings(Frozen):
     """Checkpoints of streamed responses, for resume and replica failover."""
 
@@ -301,6 +316,10 @@ class SessionSettings(Frozen):
     resume_ttl_s: Seconds = Field(default=600.0, description="how long a session stays resumable")
     lease_ttl_s: Seconds = Field(default=5.0, description="a dead replica's streams are taken over after this")
     on_client_disconnect: DisconnectPolicy = DisconnectPolicy.CONTINUE
+    # A request naming a session while the store is down: agents always name one, so the default
+    # answers it (without a checkpoint: it cannot be resumed, and the response says so) rather than
+    # failing all agent traffic for the outage; X-Session-Append needs the stored history: 503.
+    on_store_error: SessionStoreFailMode = SessionStoreFailMode.SERVE_UNRESUMABLE
     # Transcripts (prompts and answers) are kept only for requests that name a session
     # (X-Session-Id or X-Session-Append), or for the tenants and key ids listed here; any other
     # request keeps nothing once its stream is over but the streamed events (for resume).

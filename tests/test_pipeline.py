@@ -36,6 +36,7 @@ WRITERS: dict[str, set[str]] = {
     "session_shared": {"sessions/stage.py"},
     "keep_transcript": {"sessions/stage.py"},
     "session_new": {"sessions/stage.py"},
+    "session_unresumable": {"sessions/stage.py"},
     "estimated_prompt_tokens": {"quota/stage.py"},
     "quota_note": {"quota/stage.py"},
     "quota_hold": {"quota/stage.py"},

@@ -81,6 +81,7 @@ def request_record(ctx: RequestContext, status: int, error: GatewayError | None,
         "prompt_sha256": sha256_json(ctx.body.get("messages")),
         "completion_sha256": hashlib.sha256(completion.encode()).hexdigest(),
         "quota_note": ctx.quota_note,
+        "session_note": "answered without a checkpoint: the store was unavailable" if ctx.session_unresumable else None,
     }
     if capture:
         record["capture"] = {"request": _redact_tree(ctx.body), "completion": redact(completion)}

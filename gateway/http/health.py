@@ -59,18 +59,23 @@ class HealthApi:
         for name, problems in self._release_problems.items():
             if problems and name in models:  # the active release's checkpoint no longer verifies
                 models[name] = {**models[name], "ready": False, "release": problems}
-        store_up = await self._store_up()
+        # A probe reads one key (one Redis Cluster slot): what live traffic met counts too.
+        reachable = await self._store_up()
+        failing = self._store.failing() if reachable else None
+        store_up = reachable and failing is None
         audit_problem = self._audit.stuck_reason()
         wiped = self._epoch.wiped
         ready = all(m["ready"] for m in models.values()) and store_up and audit_problem is None and wiped is None
         body: dict[str, object] = {
             "status": "ready" if ready else "not_ready",
-            "store": "wiped" if wiped else "up" if store_up else "down",
+            "store": "wiped" if wiped else "down" if not reachable else "failing" if failing else "up",
             "audit": audit_problem or "ok",
             "models": models,
         }
         if wiped:
             body["store_error"] = wiped
+        elif failing:
+            body["store_error"] = failing
         if self._tool_servers is not None:
             # Reported, not gating: a replacement replica would meet the same MCP server down.
             body["mcp_servers"] = {s.name: s.state.value for s in self._tool_servers()}

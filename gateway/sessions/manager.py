@@ -24,6 +24,7 @@ from gateway.sessions.checkpointer import Checkpointer
 from gateway.sessions.live import LiveSession, LiveSessions, may_open
 from gateway.sessions.producer import Producer
 from gateway.sessions.resume import Readers
+from gateway.sessions.unresumable import UnresumableMarks
 from gateway.settings import SessionSettings
 from gateway.store.base import SessionStore
 
@@ -37,6 +38,7 @@ class SessionManager:
         self._checkpointer = Checkpointer(store, settings, replica_id, self._live)
         self._producer = Producer(store, settings, replica_id, self._live)
         self._readers = Readers(store, settings, replica_id, self._live, self._producer, continue_stream)
+        self._unresumable = UnresumableMarks(store, settings)
 
     # --- a new response -----------------------------------------------------------------------
     async def start(self, ctx: RequestContext, chunks: AsyncGenerator[Chunk, None]) -> LiveSession:
@@ -52,6 +54,10 @@ class SessionManager:
         """The request failed before its first event: the checkpointer marks the session done and
         drops the lease."""
         self._producer.unclaim(live)
+
+    def mark_unresumable(self, ctx: RequestContext) -> None:
+        """An answer served while the store was down: once it is back, a resume says so."""
+        self._unresumable.mark(ctx)
 
     def remember(self, ctx: RequestContext, message: dict[str, Any]) -> None:
         """Keep a non-streamed answer's transcript (off the response path), if the request opted in."""
@@ -111,6 +117,7 @@ class SessionManager:
 
     async def stop(self) -> None:
         """Finish the producers' work already recorded, write the last checkpoints, stop."""
+        await self._unresumable.drain()
         await self._checkpointer.stop()
 
     async def checkpoint_all(self) -> None:

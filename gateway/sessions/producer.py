@@ -150,7 +150,7 @@ class Producer:
 
     def remember(self, ctx: RequestContext, message: dict[str, Any]) -> None:
         """Keep a non-streamed answer's transcript (off the response path), if the request opted in."""
-        if ctx.principal is None or ctx.session_id is None or not ctx.keep_transcript:
+        if ctx.principal is None or ctx.session_id is None or not ctx.keep_transcript or ctx.session_unresumable:
             return
         transcript = (*ctx.body.get("messages", []), message)
         state = replace(state_of(ctx, self._replica_id), status="done", transcript=transcript)

@@ -19,12 +19,13 @@ from dataclasses import replace
 from gateway import sse
 from gateway.auth.principal import Principal
 from gateway.backends.base import Usage
-from gateway.errors import NotFound
+from gateway.errors import NotFound, SessionNotResumable
 from gateway.http.errors import gateway_error_body, stream_failure
 from gateway.pipeline import Handler, RequestContext
 from gateway.sessions.event_log import SessionLog, content_of
 from gateway.sessions.live import TAIL_POLL_S, LiveSession, LiveSessions, may_open, takeover_fields
 from gateway.sessions.producer import Producer
+from gateway.sessions.unresumable import UNRESUMABLE
 from gateway.settings import DisconnectPolicy, SessionSettings
 from gateway.store.base import SessionStore
 from gateway.store.session_record import SessionState
@@ -75,6 +76,12 @@ class Readers:
         state = await self._store.session_load(principal.tenant, session_id)
         if state is None or not may_open(principal, state):
             raise NotFound(f"session '{session_id}' not found")
+        if state.status == UNRESUMABLE:
+            raise SessionNotResumable(
+                f"The latest answer of session '{session_id}' (request {state.request_id}) was served while the "
+                "gateway's state store was unavailable, without a checkpoint: it cannot be resumed. "
+                "Send the request again."
+            )
         if state.status != "streaming" and not await self._store.session_events(principal.tenant, session_id, 0, 1):
             raise NotFound(f"session '{session_id}' has no streamed response to resume")
         if state.status == "streaming":

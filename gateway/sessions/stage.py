@@ -3,20 +3,26 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 from collections.abc import AsyncGenerator, Mapping
 
 from gateway.backends.base import Chunk
-from gateway.errors import InvalidRequest, NotFound
+from gateway.errors import InvalidRequest, NotFound, StoreUnavailable
 from gateway.ids import RandomIds
 from gateway.pipeline import Handler, RequestContext
 from gateway.sessions.live import may_open
 from gateway.sessions.manager import SessionManager
-from gateway.settings import SessionSettings
+from gateway.settings import SessionSettings, SessionStoreFailMode
 from gateway.store.base import SessionStore
+from gateway.store.session_record import SessionState
+
+# The name sessions logged under as one module, gateway/sessions.py: operators filter by it.
+log = logging.getLogger("gateway.sessions")
 
 SESSION_HEADER = "x-session-id"
 APPEND_HEADER = "x-session-append"
+RESUMABLE_HEADER = "X-Session-Resumable"  # "false": answered without a checkpoint (store down)
 SHARE_HEADER = "x-session-share"  # "tenant": every key of the tenant may use it; "key" (default): its key only
 _VALID_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
@@ -73,6 +79,14 @@ class ClaimSession:
         self._sessions = sessions
 
     async def __call__(self, ctx: RequestContext, call_next: Handler) -> AsyncGenerator[Chunk, None]:
+        if ctx.session_unresumable:
+            # Nothing of this answer is written to the session; once the store is back, a resume of
+            # the session says why instead of replaying the answer before it.
+            self._sessions.mark_unresumable(ctx)
+            async with contextlib.aclosing(call_next(ctx)) as chunks:
+                async for chunk in chunks:
+                    yield chunk
+            return
         live = await self._sessions.claim(ctx) if ctx.stream and ctx.principal is not None else None
         produced = False
         try:
@@ -91,13 +105,14 @@ class AppendHistory:
     session must be allowed to open it (`may_open`), appending or not: a new response replaces
     the session's stream, so it is a write."""
 
-    def __init__(self, store: SessionStore) -> None:
+    def __init__(self, store: SessionStore, on_store_error: SessionStoreFailMode) -> None:
         self._store = store
+        self._on_store_error = on_store_error
 
     async def __call__(self, ctx: RequestContext, call_next: Handler) -> AsyncGenerator[Chunk, None]:
         append = ctx.headers.get(APPEND_HEADER, "").lower() == "true"
         if ctx.principal is not None and (append or SESSION_HEADER in ctx.headers):
-            state = await self._store.session_load(ctx.principal.tenant, ctx.session_id or "")
+            state = await self._load(ctx, append)
             if state is not None:
                 if not may_open(ctx.principal, state):
                     raise NotFound(f"session '{ctx.session_id}' not found")
@@ -113,3 +128,16 @@ class AppendHistory:
         async with contextlib.aclosing(call_next(ctx)) as chunks:
             async for chunk in chunks:
                 yield chunk
+
+    async def _load(self, ctx: RequestContext, append: bool) -> SessionState | None:
+        """The session's state; with the store down, None for a request served unresumable."""
+        assert ctx.principal is not None
+        try:
+            return await self._store.session_load(ctx.principal.tenant, ctx.session_id or "")
+        except StoreUnavailable as error:
+            if append or self._on_store_error is SessionStoreFailMode.CLOSED:
+                raise  # an appending request's history is in the store: no honest answer without it
+            log.warning("session %s answered without a checkpoint (store unavailable): %s", ctx.session_id, error)
+            ctx.session_unresumable = True
+            ctx.response_headers[RESUMABLE_HEADER] = "false"
+            return None

@@ -329,6 +329,11 @@ class LifecycleStore(Protocol):
         """Raise StoreUnavailable if the backing service cannot be reached."""
         ...
 
+    def failing(self) -> str | None:
+        """Why the calls live traffic made lately say the store is failing, or None (readiness:
+        a probe answers for the one place it reads, see store/call_outcomes.py)."""
+        ...
+
     async def aclose(self) -> None: ...
 
 

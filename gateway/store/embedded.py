@@ -242,6 +242,9 @@ class EmbeddedStore:
         return await self._run(lambda db: releases.set_canary(db, model, blob, expected_generation))
 
     # --- lifecycle ------------------------------------------------------------------------
+    def failing(self) -> str | None:
+        return None  # a local file: its probe answers for all of it
+
     async def store_epoch(self, candidate: str) -> str:
         return await self._run(lambda db: SqliteDb.store_epoch(db, candidate))
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from gateway.store import approval_record as approvals
 from gateway.store import keys
 from gateway.store.approval_record import Approval, Decision, PendingCaps
+from gateway.store.call_outcomes import CallOutcomes
 from gateway.store.redis_common import Client, script, unavailable
 
 _CAP_REACHED = {-1: "key", -2: "tenant"}  # what approval_put.lua answers when a cap refused the put
@@ -23,7 +24,8 @@ def _read(key: str, record: bytes | str, decision: bytes | str, state: bytes | s
 
 
 class RedisApprovals:
-    def __init__(self, redis: Client, prefix: str) -> None:
+    def __init__(self, redis: Client, prefix: str, outcomes: CallOutcomes) -> None:
+        self._outcomes = outcomes
         self._prefix = prefix
         self._keys = keys.approval_keys(prefix)
         self._put = script(redis, "approval_put")
@@ -52,19 +54,19 @@ class RedisApprovals:
             caps.per_tenant if caps else 0,
             new.key_id,
         ]
-        with unavailable("approval_put"):
+        with unavailable("approval_put", self._outcomes):
             stored = int(await self._put(keys=names, args=args))
         return _CAP_REACHED.get(stored)
 
     async def get(self, tenant: str, approval_id: str) -> Approval | None:
-        with unavailable("approval_get"):
+        with unavailable("approval_get", self._outcomes):
             raw = await self._get(keys=self._record_keys(), args=[keys.approval_member(tenant, approval_id)])
         return None if raw is None else _read(approval_id, *raw)
 
     async def decide(self, tenant: str, approval_id: str, decision: Decision) -> tuple[bool, Approval | None]:
         blob = approvals.check_decision(decision)
         args: list[str | bytes] = [keys.approval_member(tenant, approval_id), blob]
-        with unavailable("approval_decide"):
+        with unavailable("approval_decide", self._outcomes):
             raw = await self._decide(keys=self._record_keys(), args=args)
         if raw is None:
             return False, None
@@ -73,7 +75,7 @@ class RedisApprovals:
 
     async def redeem(self, tenant: str, approval_id: str) -> bool:
         args = [keys.approval_member(tenant, approval_id)]
-        with unavailable("approval_redeem"):
+        with unavailable("approval_redeem", self._outcomes):
             return int(await self._redeem(keys=[self._keys.decisions, self._keys.forget], args=args)) == 1
 
     async def list(self, tenant: str | None, status: str | None, limit: int) -> list[Approval]:
@@ -82,6 +84,6 @@ class RedisApprovals:
             return []
         index = self._keys.order if tenant is None else keys.approval_tenant_index(self._prefix, tenant)
         names = [index, *self._record_keys()]
-        with unavailable("approval_list"):
+        with unavailable("approval_list", self._outcomes):
             raw = await self._list(keys=names, args=[status or "", limit, keys.APPROVAL_LIST_CHUNK])
         return [_read("in a list", *raw[i : i + 3]) for i in range(0, len(raw), 3)]

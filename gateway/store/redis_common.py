@@ -17,6 +17,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 
 from gateway.errors import StoreNotReached, StoreUnavailable
+from gateway.store.call_outcomes import CallOutcomes
 
 
 class ClusterClient(RedisCluster):
@@ -94,10 +95,12 @@ def script(client: Client, name: str) -> Script:
 
 
 @contextlib.contextmanager
-def unavailable(operation: str) -> Iterator[None]:
+def unavailable(operation: str, outcomes: CallOutcomes) -> Iterator[None]:
+    """Redis's failures as StoreUnavailable, every call's outcome counted (for readiness)."""
     try:
         yield
     except (RedisError, RedisClusterException, OSError) as error:
+        outcomes.record(failed=True)
         kind = StoreNotReached if _before_sending(error) else StoreUnavailable
         raise kind(f"redis: {operation} failed: {error}") from error
     except (RuntimeError, AttributeError) as error:
@@ -108,7 +111,9 @@ def unavailable(operation: str) -> Iterator[None]:
         # are translated: the same errors from the gateway's own code are bugs and stay bugs.
         if not _raised_in_redis(error):
             raise
+        outcomes.record(failed=True)
         raise StoreUnavailable(f"redis: {operation} failed: connection lost ({error!r})") from error
+    outcomes.record(failed=False)
 
 
 def _raised_in_redis(error: BaseException) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from gateway.store import keys
 from gateway.store import release_record as releases
+from gateway.store.call_outcomes import CallOutcomes
 from gateway.store.fields import stored
 from gateway.store.redis_common import Client, script, unavailable
 from gateway.store.release_record import Canary, HistoryEntry, Release
@@ -17,7 +18,8 @@ def _text(raw: bytes | str) -> str:
 
 
 class RedisReleases:
-    def __init__(self, redis: Client, prefix: str) -> None:
+    def __init__(self, redis: Client, prefix: str, outcomes: CallOutcomes) -> None:
+        self._outcomes = outcomes
         self._redis = redis
         self._prefix = prefix
         self._keys = keys.release_keys(prefix)
@@ -35,11 +37,11 @@ class RedisReleases:
             new.version,
             repr(new.created_at),
         ]
-        with unavailable("release_put"):
+        with unavailable("release_put", self._outcomes):
             return bool(await self._put(keys=names, args=args))
 
     async def get(self, model: str, version: str) -> Release | None:
-        with unavailable("release_get"):
+        with unavailable("release_get", self._outcomes):
             raw = await self._redis.hget(self._keys.records, keys.release_member(model, version))
         if raw is None:
             return None
@@ -50,14 +52,14 @@ class RedisReleases:
         names = [self._keys.records, keys.release_versions(self._prefix, model)]
         # The member of (model, version) is the model's part, a colon, then the encoded version.
         member_prefix = keys.release_member(model, "")
-        with unavailable("release_list"):
+        with unavailable("release_list", self._outcomes):
             raw = await self._list(keys=names, args=[member_prefix])
         # The script answers records only: a malformed one is named by its model.
         with stored("release list", model):
             return [Release.from_json(record) for record in raw]
 
     async def active(self, model: str) -> tuple[str | None, int]:
-        with unavailable("release_active"):
+        with unavailable("release_active", self._outcomes):
             async with self._redis.pipeline(transaction=True) as pipe:
                 pipe.hget(self._keys.active, model)
                 pipe.hget(self._keys.generations, model)
@@ -83,25 +85,25 @@ class RedisReleases:
             blob,
             releases.HISTORY_CAP,
         ]
-        with unavailable("release_activate"):
+        with unavailable("release_activate", self._outcomes):
             won, generation = await self._activate(keys=names, args=args)
         return bool(won), int(generation)
 
     async def history(self, model: str, limit: int) -> list[HistoryEntry]:
         if limit <= 0:
             return []
-        with unavailable("release_history"):
+        with unavailable("release_history", self._outcomes):
             raw = await self._redis.lrange(keys.release_history(self._prefix, model), 0, limit - 1)
         with stored("activation history", model):
             return [HistoryEntry.from_json(entry) for entry in raw]
 
     async def generations(self) -> dict[str, int]:
-        with unavailable("release_generations"):
+        with unavailable("release_generations", self._outcomes):
             raw = await self._redis.hgetall(self._keys.generations)
         return {_text(model): int(generation) for model, generation in raw.items()}
 
     async def canary(self, model: str) -> Canary | None:
-        with unavailable("release_canary"):
+        with unavailable("release_canary", self._outcomes):
             raw = await self._redis.hget(self._keys.canaries, model)
         if raw is None:
             return None
@@ -112,6 +114,6 @@ class RedisReleases:
         blob = releases.check_canary(model, canary, expected_generation)
         names = [self._keys.generations, self._keys.canaries]
         args: list[str | int | bytes] = [model, expected_generation, "0" if blob is None else "1", blob or b""]
-        with unavailable("release_set_canary"):
+        with unavailable("release_set_canary", self._outcomes):
             won, generation = await self._set_canary(keys=names, args=args)
         return bool(won), int(generation)

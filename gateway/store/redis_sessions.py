@@ -14,6 +14,7 @@ from redis.asyncio.client import Pipeline
 
 from gateway.store import keys
 from gateway.store.base import SessionCheckpoint
+from gateway.store.call_outcomes import CallOutcomes
 from gateway.store.fields import stored
 from gateway.store.redis_common import Client, ClusterClient, script, unavailable
 from gateway.store.session_batch import check_events, check_open, check_ttl
@@ -26,7 +27,8 @@ def _event(entry_id: bytes | str, fields: dict[Any, Any]) -> tuple[int, bytes]:
 
 
 class RedisSessions:
-    def __init__(self, redis: Client, prefix: str) -> None:
+    def __init__(self, redis: Client, prefix: str, outcomes: CallOutcomes) -> None:
+        self._outcomes = outcomes
         self._redis = redis
         self._prefix = prefix
         self._save = script(redis, "session_save")
@@ -41,11 +43,11 @@ class RedisSessions:
         check_ttl(ttl_s)
         names = self._keys(tenant, session_id)
         args: list[bytes | int] = [state.to_json(), keys.session_ttl_ms(ttl_s)]
-        with unavailable("session_save"):
+        with unavailable("session_save", self._outcomes):
             await self._save(keys=[names.state, names.events, names.lease], args=args)
 
     async def load(self, tenant: str, session_id: str) -> SessionState | None:
-        with unavailable("session_load"):
+        with unavailable("session_load", self._outcomes):
             raw = await self._redis.get(self._keys(tenant, session_id).state)
         if raw is None:
             return None
@@ -59,26 +61,26 @@ class RedisSessions:
         args: list[int | bytes] = [keys.session_ttl_ms(ttl_s)]
         for seq, payload in events:
             args += [seq, payload]
-        with unavailable("session_append"):
+        with unavailable("session_append", self._outcomes):
             await self._append(keys=[names.events, names.state, names.lease], args=args)
 
     async def events(self, tenant: str, session_id: str, after_seq: int, limit: int) -> list[tuple[int, bytes]]:
         if limit <= 0:
             return []
         start = "(" + keys.stream_id(max(after_seq, 0))  # exclusive
-        with unavailable("session_events"):
+        with unavailable("session_events", self._outcomes):
             entries = await self._redis.xrange(self._keys(tenant, session_id).events, min=start, count=limit)
         return [_event(entry_id, fields) for entry_id, fields in entries or [] if entry_id and fields]
 
     async def claim(self, tenant: str, session_id: str, owner: str, ttl_s: float) -> bool:
         check_ttl(ttl_s)
         lease = self._keys(tenant, session_id).lease
-        with unavailable("session_claim"):
+        with unavailable("session_claim", self._outcomes):
             return bool(await self._claim(keys=[lease], args=[owner, keys.session_ttl_ms(ttl_s)]))
 
     async def release(self, tenant: str, session_id: str, owner: str) -> None:
         lease = self._keys(tenant, session_id).lease
-        with unavailable("session_release"):
+        with unavailable("session_release", self._outcomes):
             await self._release(keys=[lease], args=[owner])
 
     async def checkpoint(self, items: list[SessionCheckpoint]) -> None:
@@ -92,7 +94,7 @@ class RedisSessions:
         # own before the pipeline's try/finally, so when that check fails (Redis frozen, loading,
         # restarting) only the pipeline's reset() gives the connection back. Without it every
         # failure leaked one pooled connection until the pool was empty for good (issue 12).
-        with unavailable("session_checkpoint"):
+        with unavailable("session_checkpoint", self._outcomes):
             if isinstance(self._redis, ClusterClient):
                 # Sessions live on many slots (nodes): one call per session, all at once.
                 await asyncio.gather(*(self._one(self._redis, item) for item in items))
@@ -135,5 +137,5 @@ class RedisSessions:
 
     async def delete(self, tenant: str, session_id: str) -> bool:
         names = self._keys(tenant, session_id)
-        with unavailable("session_delete"):
+        with unavailable("session_delete", self._outcomes):
             return bool(await self._redis.delete(names.state, names.events, names.lease))

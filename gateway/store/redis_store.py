@@ -35,6 +35,7 @@ from gateway.store.base import (
     ScopeUsage,
     SessionCheckpoint,
 )
+from gateway.store.call_outcomes import CallOutcomes
 from gateway.store.fields import stored
 from gateway.store.redis_approvals import RedisApprovals
 from gateway.store.redis_common import Client, ClusterClient, script, unavailable
@@ -131,6 +132,7 @@ def _cluster(settings: RedisStoreSettings, max_connections: int) -> ClusterClien
 class RedisStore:
     def __init__(self, settings: RedisStoreSettings, *, max_connections: int = MAX_CONNECTIONS) -> None:
         self._prefix = settings.key_prefix
+        self._outcomes = CallOutcomes(settings.readiness)
         build = _cluster if settings.cluster else _single
         self._redis: Client = build(settings, max_connections)
         self._admit = script(self._redis, "admit")
@@ -139,9 +141,9 @@ class RedisStore:
         self._put_key = script(self._redis, "put_key")
         self._find_key = script(self._redis, "find_key")
         self._audit_append = script(self._redis, "audit_append")
-        self._sessions = RedisSessions(self._redis, self._prefix)
-        self._approvals = RedisApprovals(self._redis, self._prefix)
-        self._releases = RedisReleases(self._redis, self._prefix)
+        self._sessions = RedisSessions(self._redis, self._prefix, self._outcomes)
+        self._approvals = RedisApprovals(self._redis, self._prefix, self._outcomes)
+        self._releases = RedisReleases(self._redis, self._prefix, self._outcomes)
 
     # --- API keys -------------------------------------------------------------------------
     async def put_key(self, record: KeyRecord) -> None:
@@ -150,17 +152,17 @@ class RedisStore:
             keys.key_digests(self._prefix),
             keys.tenant_key_ids(self._prefix, record.tenant),
         ]
-        with unavailable("put_key"):
+        with unavailable("put_key", self._outcomes):
             await self._put_key(keys=names, args=[record.id, record.digest, orjson.dumps(record.to_dict())])
 
     async def get_key(self, key_id: str) -> KeyRecord | None:
-        with unavailable("get_key"):
+        with unavailable("get_key", self._outcomes):
             raw = await self._redis.hget(keys.key_records(self._prefix), key_id)
         return None if raw is None else _key_record(raw, key_id)
 
     async def find_key(self, digest: str) -> KeyRecord | None:
         names = [keys.key_records(self._prefix), keys.key_digests(self._prefix)]
-        with unavailable("find_key"):
+        with unavailable("find_key", self._outcomes):
             raw = await self._find_key(keys=names, args=[digest])
         # Named by its digest's start, which the caller can compute from its own secret.
         record = None if raw is None else _key_record(raw, f"with digest {digest[:12]}")
@@ -169,7 +171,7 @@ class RedisStore:
     async def list_keys(self, tenant: str | None) -> list[KeyRecord]:
         records = keys.key_records(self._prefix)
         raw: dict[str, bytes | str | None] = {}
-        with unavailable("list_keys"):
+        with unavailable("list_keys", self._outcomes):
             if tenant is None:
                 raw = {_text(key_id): record for key_id, record in (await self._redis.hgetall(records)).items()}
             else:
@@ -196,7 +198,7 @@ class RedisStore:
             names += [scope_keys.requests, scope_keys.tokens, scope_keys.daily, scope_keys.leases]
             limits = scope.limits
             args += [scope.name, *map(_limit, (limits.rpm, limits.tpm, limits.daily_tokens, limits.max_concurrency))]
-        with unavailable("admit"):
+        with unavailable("admit", self._outcomes):
             raw = await self._admit(keys=names, args=args)
         return _admit_result(orjson.loads(raw), request)
 
@@ -209,17 +211,17 @@ class RedisStore:
             names += [scope_keys.tokens, scope_keys.daily, scope_keys.leases]
         delta = used_tokens - reservation.tokens
         args: list[str | int] = [WINDOW_S, reservation.lease_id, reservation.second, reservation.day, delta]
-        with unavailable("settle"):
+        with unavailable("settle", self._outcomes):
             await self._settle(keys=names, args=args)
 
     async def renew_lease(self, tenant: str, scopes: tuple[QuotaScope, ...], lease_id: str, ttl_s: float) -> None:
         names = [keys.scope_keys(self._prefix, tenant, scope.name).leases for scope in scopes]
-        with unavailable("renew_lease"):
+        with unavailable("renew_lease", self._outcomes):
             await self._renew(keys=names, args=[lease_id, ttl_s, keys.LEASE_TTL_MARGIN_S])
 
     # --- audit chain ----------------------------------------------------------------------
     async def audit_head(self) -> AuditHead:
-        with unavailable("audit_head"):
+        with unavailable("audit_head", self._outcomes):
             return _head(await self._redis.hmget(keys.audit_head(self._prefix), ["seq", "hash"]))
 
     async def audit_append(self, expected: AuditHead, records: list[AuditRecord]) -> bool:
@@ -228,27 +230,27 @@ class RedisStore:
         for record in records:
             args += [record.seq, record.hash, canonical(record.to_dict())]
         names = [keys.audit_head(self._prefix), keys.audit_stream(self._prefix)]
-        with unavailable("audit_append"):
+        with unavailable("audit_append", self._outcomes):
             return bool(await self._audit_append(keys=names, args=args))
 
     async def audit_range(self, first_seq: int, limit: int) -> list[AuditRecord]:
         if limit <= 0:
             return []
         start = keys.stream_id(max(first_seq, 0))
-        with unavailable("audit_range"):
+        with unavailable("audit_range", self._outcomes):
             entries = await self._redis.xrange(keys.audit_stream(self._prefix), min=start, count=limit)
         with stored("audit record", f"from seq {first_seq}"):
             return [AuditRecord.from_json(fields[b"r"]) for _, fields in entries or [] if fields]
 
     async def audit_trim(self, before_seq: int, anchor: AuditHead) -> None:
-        with unavailable("audit_trim"):
+        with unavailable("audit_trim", self._outcomes):
             async with self._redis.pipeline(transaction=True) as pipe:
                 pipe.xtrim(keys.audit_stream(self._prefix), minid=keys.stream_id(before_seq), approximate=False)
                 pipe.hset(keys.audit_anchor(self._prefix), mapping={"seq": anchor.seq, "hash": anchor.hash})
                 await pipe.execute()
 
     async def audit_anchor(self) -> AuditHead:
-        with unavailable("audit_anchor"):
+        with unavailable("audit_anchor", self._outcomes):
             return _head(await self._redis.hmget(keys.audit_anchor(self._prefix), ["seq", "hash"]))
 
     # --- sessions -------------------------------------------------------------------------
@@ -330,17 +332,20 @@ class RedisStore:
 
     # --- lifecycle ------------------------------------------------------------------------
     async def store_epoch(self, candidate: str) -> str:
-        with unavailable("store_epoch"):
+        with unavailable("store_epoch", self._outcomes):
             async with self._redis.pipeline(transaction=True) as pipe:
                 pipe.set(keys.store_epoch(self._prefix), candidate, nx=True)
                 pipe.get(keys.store_epoch(self._prefix))
                 _, epoch = await pipe.execute()
         return epoch.decode() if isinstance(epoch, bytes) else str(epoch)
 
+    def failing(self) -> str | None:
+        return self._outcomes.problem()
+
     async def ping(self) -> None:
-        with unavailable("ping"):
+        with unavailable("ping", self._outcomes):
             await self._redis.ping()
 
     async def aclose(self) -> None:
-        with unavailable("close"):
+        with unavailable("close", self._outcomes):
             await self._redis.aclose()

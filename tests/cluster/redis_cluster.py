@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -49,12 +50,14 @@ class ClusterNode:
     port: int
     workdir: Path
     process: subprocess.Popen[bytes] | None = None
+    options: tuple[str, ...] = ()  # more redis-server options
 
     def start(self) -> None:
         command = [
             "redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.workdir),
             "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
             "--cluster-node-timeout", str(NODE_TIMEOUT_MS), "--appendonly", "yes", "--save", "",
+            *self.options,
         ]  # fmt: skip
         self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -90,6 +93,21 @@ class RedisCluster:
                         return next(n for n in self.nodes if n.port == port)
         raise RuntimeError("no live node")
 
+    def masters(self) -> list[ClusterNode]:
+        """The nodes serving slots as masters now."""
+        with contextlib.closing(self.live()[0].client()) as client:
+            ports = {int(master[1]) for _, _, master, *_ in client.cluster("SLOTS")}
+        return [n for n in self.nodes if n.port in ports]
+
+    def replica_of(self, master: ClusterNode) -> ClusterNode:
+        """The node replicating `master`."""
+        with contextlib.closing(master.client()) as client:
+            nodes: dict[str, dict[str, Any]] = client.cluster("NODES")
+        ports = {info["node_id"]: int(address.split("@")[0].rsplit(":", 1)[1]) for address, info in nodes.items()}
+        master_id = next(node_id for node_id, port in ports.items() if port == master.port)
+        port = next(ports[info["node_id"]] for info in nodes.values() if info.get("master_id") == master_id)
+        return next(n for n in self.nodes if n.port == port)
+
     def wait_ok(self, within_s: float = 30.0) -> None:
         deadline = time.monotonic() + within_s
         while True:
@@ -104,13 +122,15 @@ class RedisCluster:
 
 
 @contextlib.contextmanager
-def running_cluster(root: Path, masters: int = 3, replicas: int = 1) -> Iterator[RedisCluster]:
+def running_cluster(
+    root: Path, masters: int = 3, replicas: int = 1, options: tuple[str, ...] = ()
+) -> Iterator[RedisCluster]:
     cluster = RedisCluster()
     try:
         for port in free_cluster_ports(masters * (1 + replicas)):
             workdir = root / f"node-{port}"
             workdir.mkdir(parents=True)
-            node = ClusterNode(port, workdir)
+            node = ClusterNode(port, workdir, options=options)
             node.start()
             cluster.nodes.append(node)
         for node in cluster.nodes:
