@@ -87,6 +87,16 @@ def sims(sim_pair: list[Announced]) -> Iterator[list[Announced]]:
         reset(sim)
 
 
+@pytest.fixture(scope="module")
+def sim() -> Iterator[Announced]:
+    """A fast simulated backend of the module's own, for tests that set its faults."""
+    process = start_sim()
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
 @pytest.fixture(scope="session")
 def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
     """A real Redis Cluster on loopback (3 masters, a replica each), started once for the session

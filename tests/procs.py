@@ -86,6 +86,25 @@ class Gateway:
         return reply.json()["key"]["id"], reply.json()["secret"]
 
 
+def audit_records(
+    gateway: Gateway, kind: str, done: Callable[[list[dict[str, Any]]], bool], within_s: float = 20.0
+) -> list[dict[str, Any]]:
+    """The gateway's audit records of `kind` once `done` holds for them, or as they are after
+    `within_s`: the writer flushes in batches after the answer."""
+    deadline = time.monotonic() + within_s
+    while True:
+        reply = httpx.get(
+            f"{gateway.url}/admin/audit",
+            params={"kind": kind, "limit": 1000},
+            headers=gateway.headers(gateway.admin_key),
+            timeout=10,
+        )
+        records: list[dict[str, Any]] = reply.json()["data"]
+        if done(records) or time.monotonic() > deadline:
+            return records
+        time.sleep(0.05)
+
+
 @contextlib.contextmanager
 def running_gateway(
     tmp_path: Path,

@@ -3,7 +3,6 @@ OpenAI's shape, within the routing deadline, whatever the per-attempt timeouts a
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +11,7 @@ import pytest
 
 from common.processes import Announced
 from tests.chaos.replicas import black_hole, parse, replicas_on_redis, text_of
-from tests.procs import deployment, gateway_config, start_sim
+from tests.procs import deployment, gateway_config
 
 pytestmark = pytest.mark.chaos
 
@@ -20,15 +19,6 @@ BODY = {"model": "sim-model", "messages": [{"role": "user", "content": "hello?"}
 RPM = 1000
 # Per attempt alone these would keep a client 3 x 20 s; the deadline is what bounds the wait.
 SLOW_TIMEOUTS = {"connect_s": 20, "first_token_s": 20, "stall_s": 20}
-
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[Announced]:
-    process = start_sim()
-    try:
-        yield process
-    finally:
-        process.stop()
 
 
 def hole(name: str, url: str, **overrides: Any) -> dict[str, Any]:

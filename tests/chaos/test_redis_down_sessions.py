@@ -10,7 +10,6 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,21 +18,12 @@ import pytest
 
 from common.processes import Announced
 from tests.chaos.redis_chaos import PrivateRedis, private_redis
-from tests.procs import Gateway, deployment, gateway_config, running_gateway, start_sim
+from tests.procs import Gateway, deployment, gateway_config, running_gateway
 
 pytestmark = pytest.mark.chaos
 
 BODY: dict[str, Any] = {"model": "sim-model", "messages": [{"role": "user", "content": "keep going"}], "max_tokens": 4}
 REQUESTS_PER_OUTAGE = 8
-
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[Announced]:
-    process = start_sim()
-    try:
-        yield process
-    finally:
-        process.stop()
 
 
 def config(server: PrivateRedis, sim: Announced, on_store_error: str) -> dict[str, Any]:

@@ -3,7 +3,6 @@ refused self-approvals, policy reloads (and rejected ones)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -13,7 +12,7 @@ import pytest
 
 from common.processes import Announced
 from tests.e2e.test_tool_policy import POLICY, SECRET, ask
-from tests.procs import Gateway, deployment, gateway_config, policy_file, running_gateway
+from tests.procs import Gateway, audit_records, deployment, gateway_config, policy_file, running_gateway
 
 
 @pytest.fixture
@@ -25,19 +24,10 @@ def gateway(sim_pair: list[Announced], tmp_path: Path) -> Iterator[Gateway]:
 
 def audited(gateway: Gateway, kind: str, wanted: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
     """The first audit record of `kind` matching `wanted` (the writer flushes in the background)."""
-    deadline = time.monotonic() + 10
-    while True:
-        records = httpx.get(
-            f"{gateway.url}/admin/audit",
-            params={"kind": kind, "limit": 1000},
-            headers=gateway.headers(gateway.admin_key),
-            timeout=10,
-        ).json()["data"]
-        found = [r for r in records if wanted(r)]
-        if found:
-            return dict(found[0])
-        assert time.monotonic() < deadline, f"no {kind} audit record as wanted among {records}"
-        time.sleep(0.05)
+    records = audit_records(gateway, kind, lambda found: any(map(wanted, found)), within_s=10)
+    found = [r for r in records if wanted(r)]
+    assert found, f"no {kind} audit record as wanted among {records}"
+    return found[0]
 
 
 def test_stripped_and_denied_tools_are_audited(gateway: Gateway) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import random
 import signal
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +18,7 @@ import pytest
 from common.processes import Announced
 from tests.procs import (
     Gateway,
+    audit_records,
     delete_redis_prefix,
     deployment,
     gateway_config,
@@ -219,16 +219,7 @@ def test_a_continued_answer_bills_the_clients_prompt_not_the_partial_answer(
 
 
 def audited_request(gateway: Gateway, request_id: str) -> dict[str, Any]:
-    deadline = time.monotonic() + 20
-    while True:
-        records = httpx.get(
-            f"{gateway.url}/admin/audit",
-            params={"kind": "request", "limit": 1000},
-            headers=gateway.headers(gateway.admin_key),
-            timeout=10,
-        ).json()["data"]
-        found = [r for r in records if r["request_id"] == request_id]
-        if found or time.monotonic() > deadline:
-            assert len(found) == 1, found
-            return dict(found[0])
-        time.sleep(0.05)
+    records = audit_records(gateway, "request", lambda found: any(r["request_id"] == request_id for r in found))
+    found = [r for r in records if r["request_id"] == request_id]
+    assert len(found) == 1, found
+    return found[0]

@@ -5,7 +5,6 @@ count of what it relayed (too low: the count wins; impossible: the count replace
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -20,6 +19,7 @@ from gateway.auth.stage import new_secret
 from gateway.tokens import CHARS_PER_TOKEN_FLOOR, estimate_prompt_tokens
 from tests.procs import (
     Gateway,
+    audit_records,
     delete_redis_prefix,
     deployment,
     gateway_config,
@@ -27,22 +27,12 @@ from tests.procs import (
     reset,
     running_gateway,
     set_faults,
-    start_sim,
 )
 
 DEFAULT_MAX_TOKENS = 100
 TPM = 1000
 BODY: dict[str, Any] = {"model": "sim-model", "messages": [{"role": "user", "content": "write at length"}]}
 RESERVATION = estimate_prompt_tokens(BODY) + DEFAULT_MAX_TOKENS
-
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[Announced]:
-    process = start_sim()
-    try:
-        yield process
-    finally:
-        process.stop()
 
 
 @pytest.fixture(scope="module")
@@ -168,18 +158,8 @@ def test_usage_reported_as_zero_is_charged_what_was_relayed(
 
 
 def request_records(gateway: Gateway, request_ids: set[str]) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + 20
-    while True:
-        reply = httpx.get(
-            f"{gateway.url}/admin/audit",
-            params={"kind": "request", "limit": 1000},
-            headers=gateway.headers(gateway.admin_key),
-            timeout=10,
-        )
-        records = [r for r in reply.json()["data"] if r.get("request_id") in request_ids]
-        if {r["request_id"] for r in records} >= request_ids or time.monotonic() > deadline:
-            return records
-        time.sleep(0.05)
+    records = audit_records(gateway, "request", lambda found: {r["request_id"] for r in found} >= request_ids)
+    return [r for r in records if r["request_id"] in request_ids]
 
 
 @pytest.mark.parametrize("lie", ["-1", "1.5", "18446744073709551616", "1e308"])

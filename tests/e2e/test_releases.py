@@ -30,6 +30,7 @@ from gateway.cli.main import cli
 from tests.procs import (
     WEATHER_POLICY,
     Gateway,
+    audit_records,
     delete_redis_prefix,
     deployment,
     gateway_config,
@@ -741,18 +742,8 @@ def test_promotion_refuses_a_checkpoint_the_deployment_does_not_serve(tmp_path: 
 
 
 def admin_records(gateway: Gateway, action: str) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + 10
-    while True:
-        records = httpx.get(
-            f"{gateway.url}/admin/audit",
-            params={"kind": "admin", "limit": 1000},
-            headers=gateway.headers(gateway.admin_key),
-            timeout=10,
-        ).json()["data"]
-        found = [r for r in records if r["action"] == action]
-        if found or time.monotonic() > deadline:
-            return found
-        time.sleep(0.05)
+    records = audit_records(gateway, "admin", lambda found: any(r["action"] == action for r in found), within_s=10)
+    return [r for r in records if r["action"] == action]
 
 
 def test_refused_promotions_and_what_create_and_canary_say_are_audited(setup: dict[str, Any]) -> None:
