@@ -339,8 +339,9 @@ class ToolPolicySettings(Frozen):
     # Calls held for a person (pending: undecided, not lapsed; wait and defer alike) per key and per
     # tenant. One more is refused at once (429 too_many_pending_approvals; an MCP call gets an error
     # result) and audited, so one key cannot park enough held calls to crowd out the others.
-    max_pending_approvals_per_key: int = Field(default=10, ge=1, le=MAX_LIMIT)
-    max_pending_approvals_per_tenant: int = Field(default=100, ge=1, le=MAX_LIMIT)
+    # At most 1000: no person reviews more, and the store counts them in one step.
+    max_pending_approvals_per_key: int = Field(default=10, ge=1, le=1000)
+    max_pending_approvals_per_tenant: int = Field(default=100, ge=1, le=1000)
     wait_keepalive_s: Seconds = Field(
         default=15.0, description="a non-streamed answer held for approval sends a space this often (proxy timeouts)"
     )

@@ -25,6 +25,9 @@ Names carry Redis Cluster hash tags so that each Lua script touches a single slo
                                                    (expires_at + the retention given to put)
     <prefix>:{approvals}:order               zset  <tenant>:<id> scored by requested_at (every tenant)
     <prefix>:{approvals}:tenant:<tenant>     zset  <tenant>:<id> scored by requested_at (one tenant)
+    <prefix>:{approvals}:pending:<tenant>    zset  <tenant>:<id> of the tenant's undecided approvals,
+                                                   scored by expires_at (the caps count these)
+    <prefix>:{approvals}:pending_keys        hash  <tenant>:<id> -> the key id (of pending ones)
     <prefix>:{releases}:records              hash  <model>:<version> -> the release as put (JSON, verbatim)
     <prefix>:{releases}:model:<model>        zset  the model's versions scored by created_at (ties:
                                                    by version, as Redis orders equal scores)
@@ -166,6 +169,7 @@ class ApprovalKeys:
     deadlines: str
     forget: str
     order: str
+    pending_keys: str
 
 
 def approval_keys(prefix: str) -> ApprovalKeys:
@@ -176,7 +180,17 @@ def approval_keys(prefix: str) -> ApprovalKeys:
         deadlines=f"{base}:deadlines",
         forget=f"{base}:forget",
         order=f"{base}:order",
+        pending_keys=f"{base}:pending_keys",
     )
+
+
+def approval_pending_base(prefix: str) -> str:
+    """What a tenant's pending set name starts with; scripts append the member's tenant part."""
+    return f"{prefix}:{{approvals}}:pending:"
+
+
+def approval_pending(prefix: str, tenant: str) -> str:
+    return approval_pending_base(prefix) + quote(tenant, safe="")
 
 
 def approval_tenant_index_base(prefix: str) -> str:

@@ -40,7 +40,13 @@ class RedisApprovals:
     async def put(self, record: Approval, ttl_s: float, caps: PendingCaps | None = None) -> str | None:
         """None if stored (or left as it was); with `caps`, the cap reached: "key" or "tenant"."""
         new = approvals.check_put(record, ttl_s)
-        names = [*self._record_keys(), self._keys.order, keys.approval_tenant_index(self._prefix, new.tenant)]
+        names = [
+            *self._record_keys(),
+            self._keys.order,
+            keys.approval_tenant_index(self._prefix, new.tenant),
+            keys.approval_pending(self._prefix, new.tenant),
+            self._keys.pending_keys,
+        ]
         args: list[str | float | int | bytes] = [
             keys.approval_member(new.tenant, new.id),
             new.blob,
@@ -53,6 +59,7 @@ class RedisApprovals:
             caps.per_key if caps else 0,
             caps.per_tenant if caps else 0,
             new.key_id,
+            keys.approval_pending_base(self._prefix),
         ]
         with unavailable("approval_put", self._outcomes):
             stored = int(await self._put(keys=names, args=args))
@@ -66,8 +73,9 @@ class RedisApprovals:
     async def decide(self, tenant: str, approval_id: str, decision: Decision) -> tuple[bool, Approval | None]:
         blob = approvals.check_decision(decision)
         args: list[str | bytes] = [keys.approval_member(tenant, approval_id), blob]
+        names = [*self._record_keys(), keys.approval_pending(self._prefix, tenant), self._keys.pending_keys]
         with unavailable("approval_decide", self._outcomes):
-            raw = await self._decide(keys=self._record_keys(), args=args)
+            raw = await self._decide(keys=names, args=args)
         if raw is None:
             return False, None
         won, *stored = raw

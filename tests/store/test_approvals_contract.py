@@ -163,6 +163,26 @@ async def test_decided_and_lapsed_approvals_are_not_pending(backing: Backing, st
     assert await store.approval_put_within(approval_record("a2", requested_at=at), RETAIN, caps) is None
 
 
+async def test_a_tenant_with_many_decided_approvals_is_capped_on_its_pending_ones_only(
+    backing: Backing, store: Store
+) -> None:
+    """The count is of pending approvals, not of the retention kept for the audit trail (which
+    once made every capped put on Redis read all of them)."""
+    at = now(backing)
+    caps = PendingCaps(per_key=2, per_tenant=3)
+    for i in range(300):
+        assert await store.approval_put_within(approval_record(f"d{i}", requested_at=at), RETAIN, caps) is None
+        assert (await store.approval_decide("acme", f"d{i}", approve() if i % 2 else reject()))[0]
+    assert await store.approval_put_within(approval_record("a1", requested_at=at), RETAIN, caps) is None
+    assert await store.approval_put_within(approval_record("a2", requested_at=at), RETAIN, caps) is None
+    assert await store.approval_put_within(approval_record("a3", requested_at=at), RETAIN, caps) == "key"
+    other = approval_record("b1", requested_at=at, key_id="k2")
+    assert await store.approval_put_within(other, RETAIN, caps) is None
+    assert (
+        await store.approval_put_within(approval_record("b2", requested_at=at, key_id="k3"), RETAIN, caps) == "tenant"
+    )
+
+
 async def test_racing_capped_puts_from_two_clients_never_pass_the_cap(backing: Backing, store: Store) -> None:
     clients = [store, backing.open()]
     at = now(backing)

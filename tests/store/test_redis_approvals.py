@@ -38,11 +38,17 @@ async def test_approvals_are_stored_as_the_operator_expects(
     assert await client.zscore(names.forget, member) == record.expires_at + 100
     assert await client.zscore(names.order, member) == record.requested_at
     assert await client.zscore(keys.approval_tenant_index(prefix, "acme"), member) == record.requested_at
+    pending = keys.approval_pending(prefix, "acme")
+    assert await client.zscore(pending, member) == record.expires_at
+    assert await client.hget(names.pending_keys, member) == record.key_id.encode()
     decision = Decision("approved", decided_by="alice")
     assert (await store.approval_decide("acme", "a1", decision))[0]
     assert await client.hget(names.decisions, member) == orjson.dumps(decision.to_dict())
+    # Decided: no longer pending (the sets the caps count are left empty, so Redis drops them).
+    assert not await client.exists(pending, names.pending_keys)
     forget_ms = keys.approval_forget_ms(record.expires_at + 100)
-    for name in [*astuple(names), keys.approval_tenant_index(prefix, "acme")]:
+    kept = [name for name in astuple(names) if name != names.pending_keys]
+    for name in [*kept, keys.approval_tenant_index(prefix, "acme")]:
         assert await client.pexpiretime(name) == forget_ms, name
 
 

@@ -1,4 +1,5 @@
--- Decide a pending approval, once. KEYS: records, decisions, deadlines, forget.
+-- Decide a pending approval, once. KEYS: records, decisions, deadlines, forget, the tenant's
+-- pending set, pending keys.
 -- ARGV: member, decision JSON. Returns nil (unknown or forgotten), or {won, record JSON,
 -- decision JSON or '', status} as approval_get does, `won` 1 if this call stored the decision.
 -- A script runs alone: of two decisions, the second finds the first's.
@@ -16,6 +17,8 @@ if decision then return {0, record, decision, 'decided'} end
 if tonumber(redis.call('ZSCORE', KEYS[3], member)) <= now then return {0, record, '', 'expired'} end
 
 redis.call('HSET', KEYS[2], member, ARGV[2])
+redis.call('ZREM', KEYS[5], member)  -- decided: no longer counted against the caps
+redis.call('HDEL', KEYS[6], member)
 -- Kept as long as the record it belongs to (a key without a TTL yet gets one).
 local forget_ms = math.ceil(tonumber(forget) * 1000)
 if redis.call('PTTL', KEYS[2]) == -1 then
