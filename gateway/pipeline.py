@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 from gateway.auth.principal import Principal
 from gateway.auth.tenancy import ModelTenancy
-from gateway.backends.base import Chunk, Usage
+from gateway.core.chunks import Chunk, Usage
 from gateway.errors import ModelNotFound
 from gateway.routing.router import RouteLog, Router
 from gateway.store.release_record import Release

@@ -16,7 +16,8 @@ from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.backends.base import BackendRequest, Chunk, Usage
+from gateway.backends.base import BackendRequest
+from gateway.core.chunks import Chunk, Usage
 from gateway.deadlines import deadline_at
 from gateway.errors import (
     DeadlineExceeded,

@@ -2,7 +2,7 @@ import random
 
 import pytest
 
-from gateway.backends.base import Chunk, ToolCallDelta
+from gateway.core.chunks import Chunk, ToolCallDelta
 from gateway.errors import (
     NoDeploymentAvailable,
     RateLimited,
