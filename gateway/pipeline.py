@@ -30,8 +30,9 @@ from typing import Any, Protocol
 from gateway.auth.principal import Principal
 from gateway.auth.tenancy import ModelTenancy
 from gateway.core.chunks import Chunk, Usage
+from gateway.core.route_log import RouteLog
 from gateway.errors import ModelNotFound
-from gateway.routing.router import RouteLog, Router
+from gateway.routing.router import Router
 from gateway.store.release_record import Release
 from gateway.store.session_record import QuotaHold
 from gateway.telemetry.request_trace import RequestTrace
