@@ -29,9 +29,10 @@ from typing import Any, Protocol
 
 from gateway.auth.principal import Principal
 from gateway.auth.tenancy import ModelTenancy
-from gateway.backends.base import Chunk, Usage
+from gateway.core.chunks import Chunk, Usage
+from gateway.core.route_log import RouteLog
 from gateway.errors import ModelNotFound
-from gateway.routing.router import RouteLog, Router
+from gateway.routing.router import Router
 from gateway.store.release_record import Release
 from gateway.store.session_record import QuotaHold
 from gateway.telemetry.request_trace import RequestTrace
@@ -163,18 +164,21 @@ class Meter:
 
     async def __call__(self, ctx: RequestContext, call_next: Handler) -> AsyncGenerator[Chunk, None]:
         events = characters = 0
-        async with contextlib.aclosing(call_next(ctx)) as chunks:
-            async for chunk in chunks:
-                if chunk.usage is not None:
-                    ctx.usage += chunk.usage
-                    chunk.usage = None
-                if chunk.content or chunk.reasoning or chunk.tool_calls:
-                    events += len(chunk.pieces) or 1
-                    characters += output_characters(chunk)
-                    ctx.relayed_tokens = max(events, floor_tokens(characters))
-                if ctx.ttft_s is None and chunk.carries_output:
-                    ctx.ttft_s = time.monotonic() - ctx.started
-                yield chunk
+        try:
+            async with contextlib.aclosing(call_next(ctx)) as chunks:
+                async for chunk in chunks:
+                    if chunk.usage is not None:
+                        ctx.usage += chunk.usage
+                        chunk.usage = None
+                    if chunk.content or chunk.reasoning or chunk.tool_calls:
+                        events += len(chunk.pieces) or 1
+                        characters += output_characters(chunk)
+                    if ctx.ttft_s is None and chunk.carries_output:
+                        ctx.ttft_s = time.monotonic() - ctx.started
+                    yield chunk
+        finally:
+            # Counted once, on every exit: the quota stage outside settles with it.
+            ctx.relayed_tokens = max(events, floor_tokens(characters))
         # Before the HTTP layer renders it: the client is shown what it is billed.
         estimate = ctx.estimated_prompt_tokens or estimate_prompt_tokens(ctx.body)
         ctx.usage = counted(ctx.usage, estimate, ctx.relayed_tokens)

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from gateway.backends.base import Chunk, Usage
+from gateway.core.chunks import Chunk, Usage
 
 CHARS_PER_TOKEN_FLOOR = 8
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from gateway.backends.base import Chunk, ToolCallDelta, Usage
+from gateway.core.chunks import Chunk, ToolCallDelta, Usage
 
 _DELTA_KNOWN = frozenset({"role", "content", "reasoning_content", "reasoning", "tool_calls"})
 _CHOICE_KNOWN = frozenset({"index", "delta", "finish_reason", "message"})

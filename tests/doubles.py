@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 
-from gateway.backends.base import BackendRequest, Chunk, ToolCallDelta, Usage
+from gateway.backends.base import BackendRequest
+from gateway.core.chunks import Chunk, ToolCallDelta, Usage
 from gateway.errors import UpstreamError
 
 

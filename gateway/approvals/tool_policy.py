@@ -25,7 +25,7 @@ from typing import Any
 from gateway.approvals.service import APPROVED, PENDING, ApprovalService
 from gateway.audit.writer import AuditWriter
 from gateway.auth.principal import Principal
-from gateway.backends.base import Chunk, ToolCallDelta
+from gateway.core.chunks import Chunk, ToolCallDelta
 from gateway.errors import InvalidRequest, PermissionDenied, TooManyPendingApprovals
 from gateway.pipeline import Handler, RequestContext
 from gateway.store.approval_record import Approval

@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from gateway.audit.writer import AuditWriter
-from gateway.backends.base import Chunk
+from gateway.core.chunks import Chunk
 from gateway.errors import AuthenticationFailed, GatewayError
 from gateway.pipeline import Handler, RequestContext
 

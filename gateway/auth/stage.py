@@ -19,7 +19,7 @@ import time
 from collections.abc import AsyncGenerator, Callable, Mapping
 
 from gateway.auth.principal import Principal, Scope
-from gateway.backends.base import Chunk
+from gateway.core.chunks import Chunk
 from gateway.errors import AuthenticationFailed, StoreUnavailable
 from gateway.pipeline import Handler, RequestContext
 from gateway.store.base import KeyRecord, KeyStore, Limits

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gateway.backends.base import Chunk
+from gateway.core.chunks import Chunk
 
 
 def _plain(chunk: Chunk) -> bool:

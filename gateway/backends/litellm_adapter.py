@@ -13,7 +13,8 @@ import os
 from collections.abc import AsyncGenerator
 from typing import Any
 
-from gateway.backends.base import BackendRequest, Chunk
+from gateway.backends.base import BackendRequest
+from gateway.core.chunks import Chunk
 from gateway.errors import (
     UpstreamConnectError,
     UpstreamError,

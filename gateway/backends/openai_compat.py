@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from common.sse_reader import SseEvent, SseReader, SseTooLarge, is_done
-from gateway.backends.base import BackendRequest, Chunk
+from gateway.backends.base import BackendRequest
 from gateway.backends.coalesce import Coalescer
 from gateway.backends.http_transport import (
     ConnectFailed,
@@ -33,6 +33,7 @@ from gateway.backends.http_transport import (
     TransportError,
 )
 from gateway.backends.upstream_route import Route
+from gateway.core.chunks import Chunk
 from gateway.errors import (
     UpstreamConnectError,
     UpstreamError,

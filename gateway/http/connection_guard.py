@@ -27,7 +27,7 @@ from typing import Any
 import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from gateway.http.errors import error_body
+from gateway.core.error_bodies import error_body
 
 _BUSY = b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
 # Like common proxies (nginx 4 x 8 KiB, Node.js 16 KiB, Go 1 MiB): room for large cookies and

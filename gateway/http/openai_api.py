@@ -22,16 +22,16 @@ from gateway import sse
 from gateway.auth.principal import Scope
 from gateway.auth.stage import Authenticator
 from gateway.auth.tenancy import ModelTenancy
-from gateway.backends.base import Chunk
+from gateway.core.chunks import Chunk
+from gateway.core.error_bodies import gateway_error_body, gateway_error_response
 from gateway.errors import GatewayError
-from gateway.http.errors import gateway_error_body, gateway_error_response
 from gateway.http.requests import read_body
-from gateway.http.stream_events import StreamEvents
 from gateway.http.streamed_response import StreamedResponse
 from gateway.ids import RandomIds, request_id_from
 from gateway.pipeline import Handler, RequestContext
 from gateway.sessions.manager import SessionManager
 from gateway.settings import ServerSettings
+from gateway.stream_events import StreamEvents
 from gateway.wire import Completion, dumps
 
 log = logging.getLogger(__name__)

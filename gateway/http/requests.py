@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Strict
 from starlette.requests import Request
 
 from common.problems import key_path
-from gateway.backends.base import Chunk
+from gateway.core.chunks import Chunk
 from gateway.deadlines import deadline_in
 from gateway.errors import BodyTooLarge, InvalidRequest, RequestTimeout, UnsupportedParameter
 from gateway.pipeline import Handler, RequestContext

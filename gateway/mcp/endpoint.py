@@ -24,8 +24,8 @@ from starlette.types import Receive, Scope, Send
 from gateway.auth.principal import Principal
 from gateway.auth.principal import Scope as KeyScope
 from gateway.auth.stage import Authenticator
+from gateway.core.error_bodies import gateway_error_response
 from gateway.errors import GatewayError, MethodNotAllowed
-from gateway.http.errors import gateway_error_response
 from gateway.mcp.service import McpGateway
 
 log = logging.getLogger(__name__)

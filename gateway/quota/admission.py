@@ -20,7 +20,7 @@ import math
 import time
 from collections.abc import AsyncGenerator, Callable
 
-from gateway.backends.base import Chunk
+from gateway.core.chunks import Chunk
 from gateway.errors import RateLimited, RetryTooEarly
 from gateway.pipeline import Handler, RequestContext
 

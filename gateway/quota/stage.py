@@ -17,7 +17,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from dataclasses import dataclass
 
 from gateway.auth.principal import Principal
-from gateway.backends.base import Chunk
+from gateway.core.chunks import Chunk
 from gateway.errors import InsufficientQuota, RateLimited, StoreNotReached, StoreUnavailable
 from gateway.ids import RandomIds
 from gateway.pipeline import Handler, RequestContext

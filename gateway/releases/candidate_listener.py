@@ -24,8 +24,8 @@ import orjson
 import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from gateway.core.error_bodies import error_body
 from gateway.http.connection_guard import guarded_protocol
-from gateway.http.errors import error_body
 
 log = logging.getLogger(__name__)
 

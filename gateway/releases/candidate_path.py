@@ -22,7 +22,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from gateway.auth.principal import Principal
 from gateway.auth.stage import Authenticate, Authenticator
 from gateway.auth.tenancy import ModelTenancy
-from gateway.backends.base import Chunk
+from gateway.core.chunks import Chunk
 from gateway.http.errors import install_error_handlers
 from gateway.http.openai_api import OpenAIApi
 from gateway.pipeline import Handler, RequestContext, Stage, compose

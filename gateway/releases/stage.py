@@ -15,7 +15,7 @@ import time
 from collections.abc import AsyncGenerator
 
 from gateway.auth.principal import Scope
-from gateway.backends.base import Chunk
+from gateway.core.chunks import Chunk
 from gateway.errors import GatewayError, PermissionDenied
 from gateway.pipeline import Handler, RequestContext
 from gateway.releases.canary import Outcome

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.backends.base import Chunk, ToolCallDelta, Usage
+from gateway.core.chunks import Chunk, ToolCallDelta, Usage
 from gateway.errors import UpstreamError
 from gateway.settings import Continuation, DeploymentSettings
 from gateway.tokens import CHARS_PER_TOKEN_FLOOR, floor_tokens, output_characters

@@ -13,10 +13,11 @@ import contextlib
 import random
 import time
 from collections.abc import AsyncGenerator, Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.backends.base import BackendRequest, Chunk, Usage
+from gateway.backends.base import BackendRequest
+from gateway.core.chunks import Chunk, Usage
+from gateway.core.route_log import Attempt, RouteLog
 from gateway.deadlines import deadline_at
 from gateway.errors import (
     DeadlineExceeded,
@@ -33,29 +34,6 @@ from gateway.routing.stats import find_slow
 from gateway.routing.strategies import Order
 from gateway.settings import RoutingSettings
 from gateway.telemetry.request_trace import RequestTrace
-
-
-@dataclass(slots=True)
-class Attempt:
-    deployment: str
-    error: str | None = None  # UpstreamError.reason, None while running or on success
-    ttft_s: float | None = None
-    output_chunks: int = 0
-    tpot_s: float | None = None
-    usage: Usage | None = None  # as the upstream reported it
-    finish_reason: str | None = None
-
-
-@dataclass(slots=True)
-class RouteLog:
-    """What routing did for one request; read by the audit and telemetry stages."""
-
-    attempts: list[Attempt] = field(default_factory=list)
-    failovers: int = 0  # mid-stream hand-overs to another deployment
-
-    @property
-    def deployment(self) -> str | None:
-        return self.attempts[-1].deployment if self.attempts else None
 
 
 class ModelGroup:

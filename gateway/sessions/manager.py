@@ -17,7 +17,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 from gateway.auth.principal import Principal
-from gateway.backends.base import Chunk
+from gateway.core.chunks import Chunk
 from gateway.errors import NotFound
 from gateway.pipeline import Handler, RequestContext
 from gateway.sessions.checkpointer import Checkpointer

@@ -18,15 +18,15 @@ from dataclasses import replace
 from typing import Any
 
 from gateway import sse
-from gateway.backends.base import Chunk
+from gateway.core.chunks import Chunk
+from gateway.core.error_bodies import error_body
 from gateway.errors import Conflict, StoreUnavailable
-from gateway.http.errors import error_body
-from gateway.http.stream_events import StreamEvents
 from gateway.pipeline import RequestContext
 from gateway.sessions.event_log import SessionLog
 from gateway.sessions.live import TAIL_POLL_S, LiveSession, LiveSessions, state_of
 from gateway.settings import SessionSettings
 from gateway.store.base import SessionCheckpoint, SessionStore
+from gateway.stream_events import StreamEvents
 from gateway.wire import dumps
 
 # The name sessions logged under as one module, gateway/sessions.py: operators filter by it.

@@ -18,9 +18,9 @@ from dataclasses import replace
 
 from gateway import sse
 from gateway.auth.principal import Principal
-from gateway.backends.base import Usage
+from gateway.core.chunks import Usage
+from gateway.core.error_bodies import gateway_error_body, stream_failure
 from gateway.errors import NotFound, SessionNotResumable
-from gateway.http.errors import gateway_error_body, stream_failure
 from gateway.pipeline import Handler, RequestContext
 from gateway.sessions.event_log import SessionLog, content_of
 from gateway.sessions.live import TAIL_POLL_S, LiveSession, LiveSessions, may_open, takeover_fields

@@ -7,7 +7,7 @@ import logging
 import re
 from collections.abc import AsyncGenerator, Mapping
 
-from gateway.backends.base import Chunk
+from gateway.core.chunks import Chunk
 from gateway.errors import InvalidRequest, NotFound, StoreUnavailable
 from gateway.ids import RandomIds
 from gateway.pipeline import Handler, RequestContext

@@ -26,8 +26,8 @@ from gateway.errors import UpstreamStatusError
 from gateway.store.approval_record import Approval
 
 if TYPE_CHECKING:
+    from gateway.core.route_log import Attempt
     from gateway.routing.deployment import Deployment
-    from gateway.routing.router import Attempt
     from gateway.telemetry.providers import Attributes, DeploymentTelemetry, Telemetry
 
 _SERVER_ATTRIBUTES: dict[str, str] = {

@@ -17,7 +17,7 @@ from opentelemetry import context
 from opentelemetry.trace import StatusCode
 
 from gateway.audit.stage import CLIENT_CLOSED, failure_reason
-from gateway.backends.base import Chunk
+from gateway.core.chunks import Chunk
 from gateway.errors import GatewayError
 from gateway.pipeline import Handler, RequestContext
 from gateway.telemetry.providers import Attributes, Telemetry

@@ -14,7 +14,7 @@ from gateway.approvals.service import ApprovalService
 from gateway.approvals.tool_policy import PolicyHolder, ToolPolicy
 from gateway.audit.writer import AuditWriter, iterate
 from gateway.auth.principal import Principal
-from gateway.backends.base import Chunk, ToolCallDelta
+from gateway.core.chunks import Chunk, ToolCallDelta
 from gateway.pipeline import Call, RequestContext, compose
 from gateway.routing.deployment import Deployment
 from gateway.routing.router import ModelGroup, Router

@@ -4,9 +4,10 @@ client gets exactly the events it would have got chunk by chunk. Everything else
 
 from __future__ import annotations
 
-from gateway.backends.base import BackendRequest, Chunk, ToolCallDelta, Usage
+from gateway.backends.base import BackendRequest
 from gateway.backends.coalesce import Coalescer
 from gateway.backends.openai_compat import OpenAICompatBackend
+from gateway.core.chunks import Chunk, ToolCallDelta, Usage
 from gateway.settings import Continuation
 from gateway.wire import ChunkRenderer, dumps
 from tests.backends.upstream import DEPLOYMENT, FakeUpstream, answer, chunk, http_chunked, sse

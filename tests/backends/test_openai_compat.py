@@ -13,9 +13,10 @@ import zlib
 import orjson
 import pytest
 
-from gateway.backends.base import BackendRequest, Chunk
+from gateway.backends.base import BackendRequest
 from gateway.backends.http_transport import ConnectionPool, Origin, RequestTemplate
 from gateway.backends.openai_compat import OpenAICompatBackend
+from gateway.core.chunks import Chunk
 from gateway.errors import (
     UpstreamConnectError,
     UpstreamInBandError,

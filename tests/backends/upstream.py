@@ -10,8 +10,8 @@ from typing import Any
 
 import orjson
 
-from gateway.backends.base import Chunk
 from gateway.backends.openai_compat import OpenAICompatBackend
+from gateway.core.chunks import Chunk
 from gateway.settings import DeploymentSettings
 
 DEPLOYMENT = DeploymentSettings(name="d", api_base="http://upstream.test/v1", model="m")

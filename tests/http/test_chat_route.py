@@ -8,7 +8,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.backends.base import BackendRequest, Chunk
+from gateway.backends.base import BackendRequest
+from gateway.core.chunks import Chunk
 from tests.doubles import Script, ScriptedBackend
 from tests.telemetry_app import CHAT_BODY, traced_gateway
 

@@ -13,8 +13,9 @@ import pytest
 from starlette.datastructures import Headers
 
 from common.sse_reader import read_events
-from gateway.backends.base import BackendRequest, Chunk
+from gateway.backends.base import BackendRequest
 from gateway.backends.openai_compat import OpenAICompatBackend
+from gateway.core.chunks import Chunk
 from gateway.errors import InvalidRequest, UpstreamInBandError
 from gateway.http.openai_api import header_map
 from tests.backends.upstream import DEPLOYMENT, FakeUpstream, answer, chunk, http_chunked, sse

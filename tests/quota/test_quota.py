@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gateway.auth.principal import Principal
-from gateway.backends.base import Chunk
+from gateway.core.chunks import Chunk
 from gateway.errors import RateLimited
 from gateway.pipeline import RequestContext
 from gateway.quota.stage import Admit

@@ -2,7 +2,8 @@ import random
 
 import pytest
 
-from gateway.backends.base import Chunk, ToolCallDelta
+from gateway.core.chunks import Chunk, ToolCallDelta
+from gateway.core.route_log import RouteLog
 from gateway.errors import (
     NoDeploymentAvailable,
     RateLimited,
@@ -13,7 +14,7 @@ from gateway.errors import (
     UpstreamTimeout,
 )
 from gateway.routing.deployment import Availability, Deployment
-from gateway.routing.router import ModelGroup, RouteLog, Router
+from gateway.routing.router import ModelGroup, Router
 from gateway.routing.strategies import STRATEGIES
 from gateway.settings import Continuation, DeploymentSettings, RoutingSettings, Strategy
 from tests.doubles import Script, ScriptedBackend

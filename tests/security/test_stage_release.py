@@ -22,7 +22,7 @@ from fastapi import FastAPI
 from common.processes import Announced
 from gateway.app import create_app
 from gateway.auth.stage import new_secret
-from gateway.backends.base import Chunk
+from gateway.core.chunks import Chunk
 from gateway.errors import InvalidRequest
 from gateway.pipeline import Handler, RequestContext, compose
 from gateway.settings import parse_settings

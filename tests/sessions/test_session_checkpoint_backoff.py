@@ -10,7 +10,7 @@ from collections.abc import AsyncGenerator
 
 import pytest
 
-from gateway.backends.base import Chunk
+from gateway.core.chunks import Chunk
 from gateway.pipeline import RequestContext
 from gateway.sessions.event_log import SessionLog
 from gateway.sessions.live import LiveSession

@@ -9,7 +9,7 @@ from opentelemetry.sdk.metrics.export import HistogramDataPoint
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
-from gateway.backends.base import Chunk, ToolCallDelta
+from gateway.core.chunks import Chunk, ToolCallDelta
 from gateway.errors import UpstreamConnectError, UpstreamProtocolError
 from tests.doubles import Script, ScriptedBackend
 from tests.telemetry_app import PROMPT, TracedGateway, traced_gateway

@@ -14,9 +14,9 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncGenerator
 
-from gateway.backends.base import Chunk
+from gateway.core.chunks import Chunk
+from gateway.core.error_bodies import gateway_error_body, stream_failure
 from gateway.errors import GatewayError
-from gateway.http.errors import gateway_error_body, stream_failure
 from gateway.pipeline import RequestContext
 from gateway.wire import ChunkRenderer, Completion, dumps
 
