@@ -11,12 +11,13 @@ can be marked - it then tells its client to ask again, which loses nothing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from gateway.auth.principal import Principal
-from gateway.errors import StoreUnavailable
+from gateway.errors import StoreCorrupt, StoreUnavailable
 from gateway.pipeline import RequestContext
 from gateway.sessions.live import may_open
 from gateway.settings import SessionSettings
@@ -28,19 +29,36 @@ log = logging.getLogger("gateway.sessions")
 
 UNRESUMABLE = "unresumable"
 _RETRY_S = (0.1, 2.0)  # waiting for the store: first retry, longest wait
+# Sessions waiting to be marked: one entry each (its latest answer), so a long outage under load
+# holds at most this many, and one task writes them all when the store is back.
+MAX_MARKS = 10_000
+
+
+@dataclass(slots=True)
+class _Mark:
+    principal: Principal
+    answer: SessionState
+    until: float  # past the session's resume TTL there is nothing left to mark
 
 
 class UnresumableMarks:
     def __init__(self, store: SessionStore, settings: SessionSettings) -> None:
         self._store = store
         self._settings = settings
-        self._pending: set[asyncio.Task[None]] = set()
+        self._marks: dict[tuple[str, str], _Mark] = {}
+        self._writer: asyncio.Task[None] | None = None
+        self.dropped = 0  # marks not kept: MAX_MARKS sessions were waiting already
 
     def mark(self, ctx: RequestContext) -> None:
-        """Mark the session in the background, as soon as the store answers (for at most the
-        session's resume TTL: past it the session is gone anyway)."""
+        """Mark the session as soon as the store answers (for at most the session's resume TTL:
+        past it the session is gone anyway)."""
         assert ctx.principal is not None
         assert ctx.session_id is not None
+        key = (ctx.principal.tenant, ctx.session_id)
+        if key not in self._marks and len(self._marks) >= MAX_MARKS:
+            self.dropped += 1
+            log.warning("session %s not marked unresumable: %d sessions wait already", ctx.session_id, MAX_MARKS)
+            return
         answer = SessionState(
             status=UNRESUMABLE,
             request_id=ctx.request_id,
@@ -49,23 +67,30 @@ class UnresumableMarks:
             key_id=ctx.principal.key_id,
             shared=ctx.session_shared,
         )
-        task = asyncio.get_running_loop().create_task(self._mark(ctx.principal, ctx.session_id, answer))
-        self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
+        self._marks[key] = _Mark(ctx.principal, answer, time.monotonic() + self._settings.resume_ttl_s)
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.get_running_loop().create_task(self._write_all(), name="session-marks")
 
-    async def _mark(self, principal: Principal, session_id: str, answer: SessionState) -> None:
-        deadline = time.monotonic() + self._settings.resume_ttl_s
+    async def _write_all(self) -> None:
+        """Write every waiting mark, retrying with backoff while the store is down."""
         delay = _RETRY_S[0]
-        while True:
+        while self._marks:
+            key, mark = next(iter(self._marks.items()))
+            if time.monotonic() > mark.until:
+                del self._marks[key]
+                continue
             try:
-                await self._mark_once(principal, session_id, answer)
-                return
+                await self._mark_once(mark.principal, key[1], mark.answer)
             except StoreUnavailable as error:
-                if time.monotonic() + delay > deadline:
-                    log.warning("session %s not marked unresumable: %s", session_id, error)
-                    return
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, _RETRY_S[1])
+                log.info("session marks wait for the store (%d sessions): %s", len(self._marks), error)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _RETRY_S[1])
+                continue
+            except StoreCorrupt as error:  # the session's record does not decode: nothing to mark
+                log.error("session %s not marked unresumable: %s", key[1], error.message)
+            if self._marks.get(key) is mark:  # not replaced by a newer answer meanwhile
+                del self._marks[key]
+            delay = _RETRY_S[0]
 
     async def _mark_once(self, principal: Principal, session_id: str, answer: SessionState) -> None:
         tenant = principal.tenant
@@ -89,6 +114,7 @@ class UnresumableMarks:
 
     async def drain(self) -> None:
         """Shutdown: marks still waiting for the store are given up."""
-        for task in list(self._pending):
-            task.cancel()
-        await asyncio.gather(*self._pending, return_exceptions=True)
+        if self._writer is not None:
+            self._writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._writer
