@@ -230,8 +230,10 @@ class StoreReadinessSettings(Frozen):
 
     window_s: int = Field(default=5, ge=1, le=300, description="seconds of store calls counted")
     min_failures: int = Field(default=5, ge=1, description="fewer failed calls than this never count")
-    failure_ratio: float = Field(default=0.2, gt=0, le=1, description="share of failed calls that does")
-    recovered_after: int = Field(default=20, ge=1, description="calls in a row that worked: the store is back")
+    failure_ratio: float = Field(default=0.05, gt=0, le=1, description="share of failed calls that does")
+    recovered_after_s: float = Field(
+        default=1.0, ge=0, le=300, description="seconds without a failed call: the store is back"
+    )
 
 
 class RedisStoreSettings(Frozen):

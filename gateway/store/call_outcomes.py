@@ -25,9 +25,11 @@ class CallOutcomes:
         self._seconds = [-1] * size  # which second each slot counts; -1: none yet
         self._ok = [0] * size
         self._failed = [0] * size
-        # Calls that worked since the last that failed: a store back from an outage is ready again
-        # at once, not a window later; a lost slot range keeps failing some of every few calls.
-        self._working_run = 0
+        # A store back from an outage is ready again `recovered_after_s` after its last failed call,
+        # not a window later. Time, not a run of calls that worked: with a slot range lost, the
+        # probe's and the audit chain's slots are served, so runs of working calls are common while
+        # a failure still comes every few requests.
+        self._last_failure: float | None = None
 
     def record(self, failed: bool) -> None:
         second = int(self._clock())
@@ -36,14 +38,13 @@ class CallOutcomes:
             self._seconds[slot], self._ok[slot], self._failed[slot] = second, 0, 0
         if failed:
             self._failed[slot] += 1
-            self._working_run = 0
+            self._last_failure = self._clock()
         else:
             self._ok[slot] += 1
-            self._working_run += 1
 
     def problem(self) -> str | None:
         """Why the store looks failing to live traffic, or None."""
-        if self._working_run >= self._settings.recovered_after:
+        if self._last_failure is None or self._clock() - self._last_failure >= self._settings.recovered_after_s:
             return None
         oldest = int(self._clock()) - len(self._seconds)
         ok = failed = 0

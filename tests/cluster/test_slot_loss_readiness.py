@@ -40,9 +40,6 @@ def test_a_lost_slot_range_makes_the_replica_not_ready_though_its_probe_is_serve
         victim = next(n for n in cluster.masters() if n is not probed)
         entry = probed  # the client discovers the others from a node that stays
         store = {**cluster_store(cluster, prefix), "url": f"redis://127.0.0.1:{entry.port}/0", "socket_timeout_s": 0.5}
-        # The probe's and the audit chain's slots are served, so most calls work: a run of 20 that
-        # worked (the default) could call the store back between two requests meeting the lost slots.
-        store["readiness"] = {"min_failures": 3, "failure_ratio": 0.1, "recovered_after": 10_000}
         config = gateway_config(deployment("a", sim_pair[0]), store=store, quota={"on_store_error": "fail_open"})
         with running_gateway(tmp_path, config) as gateway, httpx.Client(timeout=20) as client:
             assert client.get(f"{gateway.url}/readyz").status_code == 200

@@ -16,7 +16,7 @@ class Clock:
 
 def outcomes(clock: Clock, window_s: int, min_failures: int, failure_ratio: float) -> CallOutcomes:
     settings = StoreReadinessSettings(
-        window_s=window_s, min_failures=min_failures, failure_ratio=failure_ratio, recovered_after=20
+        window_s=window_s, min_failures=min_failures, failure_ratio=failure_ratio, recovered_after_s=1.0
     )
     return CallOutcomes(settings, clock=clock)
 
@@ -56,15 +56,27 @@ def test_failures_older_than_the_window_are_forgotten() -> None:
     assert tally.problem() == "1 of 2 store calls failed in the last 3 s"
 
 
-def test_a_run_of_calls_that_work_is_a_recovery_at_once() -> None:
+def test_a_second_without_a_failed_call_is_a_recovery_before_the_window_ends() -> None:
     clock = Clock()
     tally = outcomes(clock, window_s=5, min_failures=5, failure_ratio=0.2)
     for _ in range(10):
         tally.record(failed=True)
-    for _ in range(19):
-        tally.record(failed=False)
-    assert tally.problem() is not None  # 10 of 29 failed, and the run is one short
-    tally.record(failed=False)
-    assert tally.problem() is None
+    clock.now += 0.9
+    assert tally.problem() is not None  # 10 of 10 failed, the last 0.9 s ago
+    clock.now += 0.1
+    assert tally.problem() is None  # the window still holds them; a second without one is enough
     tally.record(failed=True)  # a lost slot range fails again within a few calls
     assert tally.problem() is not None
+
+
+def test_many_calls_that_work_between_failures_are_no_recovery() -> None:
+    clock = Clock()
+    tally = outcomes(clock, window_s=5, min_failures=5, failure_ratio=0.2)
+    for _ in range(10):
+        for _ in range(20):  # the probe's and the audit chain's slots are served
+            tally.record(failed=False)
+        tally.record(failed=True)
+        for _ in range(5):
+            tally.record(failed=True)
+        clock.now += 0.2
+    assert tally.problem() is not None  # 60 of 260 failed, the last 0.2 s ago
