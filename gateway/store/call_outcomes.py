@@ -32,13 +32,14 @@ class CallOutcomes:
         self._last_failure: float | None = None
 
     def record(self, failed: bool) -> None:
-        second = int(self._clock())
+        now = self._clock()
+        second = int(now)
         slot = second % len(self._seconds)
         if self._seconds[slot] != second:
             self._seconds[slot], self._ok[slot], self._failed[slot] = second, 0, 0
         if failed:
             self._failed[slot] += 1
-            self._last_failure = self._clock()
+            self._last_failure = now
         else:
             self._ok[slot] += 1
 
