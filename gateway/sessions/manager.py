@@ -38,7 +38,7 @@ class SessionManager:
         self._checkpointer = Checkpointer(store, settings, replica_id, self._live)
         self._producer = Producer(store, settings, replica_id, self._live)
         self._readers = Readers(store, settings, replica_id, self._live, self._producer, continue_stream)
-        self._unresumable = UnresumableMarks(store, settings)
+        self._unresumable = UnresumableMarks(store, settings, self._live)
 
     # --- a new response -----------------------------------------------------------------------
     async def start(self, ctx: RequestContext, chunks: AsyncGenerator[Chunk, None]) -> LiveSession:

@@ -6,6 +6,10 @@ Once the store is back the session is marked: its state says `unresumable`, and 
 session is this key's (or shared with it), is not streaming, and holds no answer newer than this
 one; the load and the save are two calls, so an answer started between them by another replica
 can be marked - it then tells its client to ask again, which loses nothing.
+
+A mark waits for this replica's checkpoint of the session's earlier answer: an answer that ended
+just before the store went away may still be waiting to be written, and written after the mark it
+would land over it (a resume would replay that earlier answer).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from dataclasses import dataclass, replace
 from gateway.auth.principal import Principal
 from gateway.errors import StoreCorrupt, StoreUnavailable
 from gateway.pipeline import RequestContext
-from gateway.sessions.live import may_open
+from gateway.sessions.live import LiveSessions, may_open
 from gateway.settings import SessionSettings
 from gateway.store.base import SessionStore
 from gateway.store.session_record import SessionState
@@ -42,9 +46,10 @@ class _Mark:
 
 
 class UnresumableMarks:
-    def __init__(self, store: SessionStore, settings: SessionSettings) -> None:
+    def __init__(self, store: SessionStore, settings: SessionSettings, live: LiveSessions) -> None:
         self._store = store
         self._settings = settings
+        self._live = live
         self._marks: dict[tuple[str, str], _Mark] = {}
         self._writer: asyncio.Task[None] | None = None
         self.dropped = 0  # marks not kept: MAX_MARKS sessions were waiting already
@@ -75,10 +80,11 @@ class UnresumableMarks:
         """Write every waiting mark, retrying with backoff while the store is down."""
         delay = _RETRY_S[0]
         while self._marks:
-            key, mark = next(iter(self._marks.items()))
-            if time.monotonic() > mark.until:
-                del self._marks[key]
+            ready = self._next_ready()
+            if ready is None:  # every mark waits for an earlier answer's checkpoint
+                await asyncio.sleep(_RETRY_S[0])
                 continue
+            key, mark = ready
             try:
                 await self._mark_once(mark.principal, key[1], mark.answer)
             except StoreUnavailable as error:
@@ -91,6 +97,17 @@ class UnresumableMarks:
             if self._marks.get(key) is mark:  # not replaced by a newer answer meanwhile
                 del self._marks[key]
             delay = _RETRY_S[0]
+
+    def _next_ready(self) -> tuple[tuple[str, str], _Mark] | None:
+        """The first mark whose session has no checkpoint of this replica's still to be written;
+        marks past their session's TTL are dropped on the way."""
+        now = time.monotonic()
+        for key, mark in list(self._marks.items()):
+            if now > mark.until:
+                del self._marks[key]
+            elif key not in self._live.by_key:
+                return key, mark
+        return None
 
     async def _mark_once(self, principal: Principal, session_id: str, answer: SessionState) -> None:
         tenant = principal.tenant

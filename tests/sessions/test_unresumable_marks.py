@@ -12,11 +12,15 @@ import pytest
 from gateway.auth.principal import Principal
 from gateway.pipeline import RequestContext
 from gateway.sessions import unresumable
+from gateway.sessions.checkpointer import Checkpointer
+from gateway.sessions.event_log import SessionLog
+from gateway.sessions.live import LiveSession, LiveSessions
 from gateway.sessions.unresumable import UNRESUMABLE, UnresumableMarks
 from gateway.settings import EmbeddedStoreSettings, RedisStoreSettings, SessionSettings
 from gateway.store.base import Limits
 from gateway.store.embedded import EmbeddedStore
 from gateway.store.redis_store import RedisStore
+from gateway.store.session_record import SessionState
 from tests.store.test_redis_unavailable import free_port
 
 ACME = Principal("key-1", "acme", frozenset({"chat"}), frozenset(), Limits())
@@ -34,7 +38,7 @@ def tasks_named(name: str) -> list[asyncio.Task[object]]:
 
 async def test_a_store_that_is_down_holds_one_mark_a_session_and_one_writer() -> None:
     store = RedisStore(RedisStoreSettings(url=f"redis://127.0.0.1:{free_port()}/0", key_prefix="agw-test"))
-    marks = UnresumableMarks(store, SessionSettings())
+    marks = UnresumableMarks(store, SessionSettings(), LiveSessions())
     try:
         for n in range(50):
             marks.mark(answered(f"s{n % 5}", f"r{n}"))
@@ -50,7 +54,7 @@ async def test_a_store_that_is_down_holds_one_mark_a_session_and_one_writer() ->
 async def test_past_the_cap_a_mark_is_dropped_and_counted(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(unresumable, "MAX_MARKS", 3)
     store = RedisStore(RedisStoreSettings(url=f"redis://127.0.0.1:{free_port()}/0", key_prefix="agw-test"))
-    marks = UnresumableMarks(store, SessionSettings())
+    marks = UnresumableMarks(store, SessionSettings(), LiveSessions())
     try:
         for n in range(5):
             marks.mark(answered(f"s{n}", f"r{n}"))
@@ -65,7 +69,7 @@ async def test_past_the_cap_a_mark_is_dropped_and_counted(monkeypatch: pytest.Mo
 
 async def test_marks_are_written_when_the_store_answers(tmp_path: Path) -> None:
     store = EmbeddedStore(EmbeddedStoreSettings(path=tmp_path))
-    marks = UnresumableMarks(store, SessionSettings())
+    marks = UnresumableMarks(store, SessionSettings(), LiveSessions())
     try:
         marks.mark(answered("s1", "r1"))
         assert marks._writer is not None
@@ -74,6 +78,36 @@ async def test_marks_are_written_when_the_store_answers(tmp_path: Path) -> None:
         state = await store.session_load("acme", "s1")
         assert state is not None
         assert (state.status, state.request_id) == (UNRESUMABLE, "r1")
+    finally:
+        await marks.drain()
+        await store.aclose()
+
+
+async def test_a_mark_is_not_overwritten_by_the_earlier_answers_late_checkpoint(tmp_path: Path) -> None:
+    """The answer before the outage ended but its last checkpoint was still to be written when the
+    store went away; the store comes back. Its late checkpoint must not land over the mark, or a
+    resume replays that earlier answer (tests/chaos/test_redis_down_sessions.py, 1 run in 3)."""
+    store = EmbeddedStore(EmbeddedStoreSettings(path=tmp_path))
+    settings = SessionSettings()
+    live = LiveSessions()
+    earlier = SessionLog()
+    earlier.append(b'data: {"earlier": true}\n\n')
+    earlier.close()
+    state = SessionState(request_id="r1", completion_id="chatcmpl-r1", created=1, key_id="key-1", status="streaming")
+    live.by_key[("acme", "s1")] = LiveSession("acme", "s1", earlier, state)
+    marks = UnresumableMarks(store, settings, live)
+    checkpointer = Checkpointer(store, settings, "replica-a", live)
+    try:
+        marks.mark(answered("s1", "r2"))
+        assert marks._writer is not None
+        # The mark's writer gets the store first, as it may when the store is back; it is given
+        # a second to write (not a verdict: a writer that waits for the checkpoint waits it out).
+        await asyncio.wait({marks._writer}, timeout=1.0)
+        await checkpointer.checkpoint_all()
+        await asyncio.wait_for(marks._writer, 10)
+        saved = await store.session_load("acme", "s1")
+        assert saved is not None
+        assert (saved.status, saved.request_id) == (UNRESUMABLE, "r2")
     finally:
         await marks.drain()
         await store.aclose()
