@@ -9,12 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from gateway.auth.principal import Principal
+from gateway.core.principal import Limits, Principal
 from gateway.pipeline import RequestContext
 from gateway.sessions import unresumable
 from gateway.sessions.unresumable import UNRESUMABLE, UnresumableMarks
 from gateway.settings import EmbeddedStoreSettings, RedisStoreSettings, SessionSettings
-from gateway.store.base import Limits
 from gateway.store.embedded import EmbeddedStore
 from gateway.store.redis_store import RedisStore
 from tests.store.test_redis_unavailable import free_port
