@@ -26,12 +26,14 @@ from gateway.approvals.tool_policy import CollectApproval, PolicyHolder, ToolPol
 from gateway.audit.stage import AuditRequests, RefusalTally
 from gateway.audit.writer import AuditWriter
 from gateway.auth.api_keys import KeyService
-from gateway.auth.stage import Authenticate, Authenticator
+from gateway.auth.stage import ActAs, Authenticate, Authenticator, ResolveModel
 from gateway.auth.tenancy import ModelTenancy
 from gateway.backends.factory import build_backend
+from gateway.core.principal import Principal
 from gateway.http.admin_api import build_admin_router
 from gateway.http.admin_pages import admin_page_routes, openapi_routes
 from gateway.http.approvals_api import build_approval_status_router, build_approvals_router
+from gateway.http.candidate_app import CandidateApp
 from gateway.http.chat_route import ChatCompletionsFirst
 from gateway.http.errors import install_error_handlers
 from gateway.http.health import HealthApi
@@ -40,11 +42,11 @@ from gateway.http.openai_api import OpenAIApi
 from gateway.http.releases_api import build_releases_router
 from gateway.http.requests import ParseRequest
 from gateway.http.sessions_api import SessionsApi
-from gateway.pipeline import Call, Meter, ResolveModel, Stage, compose
+from gateway.pipeline import Call, Handler, Meter, Stage, compose
 from gateway.quota.admission import RetryDiscipline
 from gateway.quota.stage import Admit
-from gateway.releases.candidate_path import CandidatePath
-from gateway.releases.service import ActiveReleases, ReleaseService
+from gateway.releases.active import ActiveReleases
+from gateway.releases.service import ReleaseService
 from gateway.releases.stage import ApplyRelease, CanaryFallback
 from gateway.releases.watchers import CheckpointWatch, ReleaseWatcher
 from gateway.routing.deployment import Deployment
@@ -154,11 +156,6 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
     checkpoint_registry = (
         CheckpointRegistry(settings.releases.checkpoint_registry) if settings.releases.checkpoint_registry else None
     )
-    releases = ReleaseService(store, audit, router, health, checkpoint_registry, active_releases)
-    releases.on_canary_abort = telemetry.record_canary_abort
-    release_watcher = ReleaseWatcher(store, releases, settings.releases.watch_interval_s)
-    release_watcher.on_corrupt = telemetry.record_release_corrupt
-    checkpoint_watch = CheckpointWatch(active_releases, settings.releases.verify_interval_s)
 
     mcp = build_mcp(settings, policies, approvals, audit, quota, authenticator)
     if mcp is not None:
@@ -171,24 +168,38 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
         runs_at_gateway=mcp.gateway.executes if mcp else None,
         keepalive_s=settings.tools.wait_keepalive_s,
     )
-    stages: list[Stage] = [
-        TraceRequests(telemetry, model_names),  # outermost: refusals are traced and counted too
-        audit_requests,  # refusals are recorded too
-        Authenticate(authenticator),
-        RetryDiscipline(settings.quota.refuse_early_retries),  # a 429 anywhere below tells the key to wait
-        AssignSession(settings.sessions),
-        ParseRequest(settings.server.max_json_depth, settings.server.parse_in_thread_bytes),
-        AppendHistory(store, settings.sessions.on_store_error),
-        ResolveModel(tenancy),
-        ApplyRelease(active_releases, releases),
-        tool_policy,
-        quota,
-        Meter(),
-        CollectApproval(approvals),  # X-Approval-Id: answered here, after admission, without a model
-        CanaryFallback(),  # a canary request the candidate fails is served by the active release
-    ]
-    # The preflight's eval cases take the same path, pinned to the candidate (a copy of the list as it is here).
-    releases.candidate_path = CandidatePath(stages, Call(router), authenticator, tenancy, settings.server)
+
+    def request_path(caller: Stage, admission: list[Stage], releases: ReleaseService) -> list[Stage]:
+        """The stages of a request, `caller` saying who calls and `admission` what it is charged."""
+        return [
+            TraceRequests(telemetry, model_names),  # outermost: refusals are traced and counted too
+            audit_requests,  # refusals are recorded too
+            caller,
+            RetryDiscipline(settings.quota.refuse_early_retries),  # a 429 anywhere below tells the key to wait
+            AssignSession(settings.sessions),
+            ParseRequest(settings.server.max_json_depth, settings.server.parse_in_thread_bytes),
+            AppendHistory(store, settings.sessions.on_store_error),
+            ResolveModel(tenancy),
+            ApplyRelease(active_releases, releases),
+            tool_policy,
+            *admission,
+            Meter(),
+            CollectApproval(approvals),  # X-Approval-Id: answered here, after admission, without a model
+            CanaryFallback(),  # a canary request the candidate fails is served by the active release
+        ]
+
+    # The preflight's eval cases and smoke run take a client's path pinned to the candidate, run
+    # as the promoting operator and charged to no tenant.
+    def candidate_path(actor: Principal) -> Handler:
+        return compose(request_path(ActAs(actor), [], releases), Call(router))
+
+    candidate = CandidateApp(candidate_path, authenticator, tenancy, settings.server)
+    releases = ReleaseService(store, audit, router, health, checkpoint_registry, active_releases, candidate)
+    releases.on_canary_abort = telemetry.record_canary_abort
+    release_watcher = ReleaseWatcher(store, releases, settings.releases.watch_interval_s)
+    release_watcher.on_corrupt = telemetry.record_release_corrupt
+    checkpoint_watch = CheckpointWatch(active_releases, settings.releases.verify_interval_s)
+    stages = request_path(Authenticate(authenticator), [quota], releases)
     # Taking over a dead replica's session: the caller is authenticated by the resume request; the
     # regenerated answer still passes the tool policy and is metered like any other.
     takeover = compose(

@@ -25,20 +25,54 @@ import contextlib
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
-from gateway.auth.principal import Principal
-from gateway.auth.tenancy import ModelTenancy
 from gateway.core.chunks import Chunk, Usage
+from gateway.core.principal import Principal
 from gateway.core.route_log import RouteLog
-from gateway.errors import ModelNotFound
 from gateway.routing.router import Router
+from gateway.routing.trace import RouteTrace, UntracedRoute
 from gateway.store.release_record import Release
 from gateway.store.session_record import QuotaHold
-from gateway.telemetry.request_trace import RequestTrace
 from gateway.tokens import counted, estimate_prompt_tokens, floor_tokens, output_characters
 
 Handler = Callable[["RequestContext"], AsyncGenerator[Chunk, None]]
+
+
+class _HasStatus(Protocol):
+    @property
+    def status(self) -> str: ...
+
+
+Decided = TypeVar("Decided", bound=_HasStatus)
+
+
+class Trace(RouteTrace, Protocol):
+    """What the stages report about one request, beyond the router's attempts. Telemetry's
+    `RequestTrace` implements it; the pipeline and the stages know only this."""
+
+    def quota_rejected(self, limit: str, scope: str, retry_after_s: float) -> None: ...
+
+    def approval_requested(self, approval_id: str, tool: str, mode: str) -> None: ...
+
+    async def approval_wait(self, approval_id: str, tool: str, wait: Awaitable[Decided]) -> Decided:
+        """Await a person's decision (anything with a `status`), counted as pending meanwhile."""
+        ...
+
+
+class Untraced(UntracedRoute):
+    """The trace of a context made without the tracing stage: hears nothing."""
+
+    __slots__ = ()
+
+    def quota_rejected(self, limit: str, scope: str, retry_after_s: float) -> None:
+        return None
+
+    def approval_requested(self, approval_id: str, tool: str, mode: str) -> None:
+        return None
+
+    async def approval_wait(self, approval_id: str, tool: str, wait: Awaitable[Decided]) -> Decided:
+        return await wait
 
 
 @dataclass(slots=True)
@@ -70,9 +104,9 @@ class RequestContext:
     include_usage: bool = False
 
     # TraceRequests (telemetry/stage.py).
-    trace: RequestTrace = field(default_factory=RequestTrace)  # inert without the tracing stage
+    trace: Trace = field(default_factory=Untraced)  # inert without the tracing stage
 
-    # Authenticate (auth/stage.py), or CandidatePath for an operator's pinned request.
+    # Authenticate (auth/stage.py), or ActAs there for an operator's pinned request.
     principal: Principal | None = None
 
     # AssignSession (sessions/stage.py).
@@ -134,25 +168,6 @@ def _bind(stage: Stage, call_next: Handler) -> Handler:
         return stage(ctx, call_next)
 
     return handler
-
-
-class ResolveModel:
-    """Unknown models, and models this key may not use, are a 404 before anything is spent.
-
-    404 rather than 403 for a model the key may not use: a key must not learn which models
-    other tenants have.
-    """
-
-    def __init__(self, tenancy: ModelTenancy) -> None:
-        self._tenancy = tenancy
-
-    async def __call__(self, ctx: RequestContext, call_next: Handler) -> AsyncGenerator[Chunk, None]:
-        known = self._tenancy.known(ctx.model)
-        if not known or (ctx.principal is not None and not self._tenancy.may_use(ctx.principal, ctx.model)):
-            raise ModelNotFound(f"The model '{ctx.model}' does not exist", param="model")
-        async with contextlib.aclosing(call_next(ctx)) as chunks:
-            async for chunk in chunks:
-                yield chunk
 
 
 class Meter:

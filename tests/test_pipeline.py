@@ -30,7 +30,7 @@ WRITERS: dict[str, set[str]] = {
         "quota/stage.py",
     },
     "trace": {"telemetry/stage.py"},
-    "principal": {"auth/stage.py", "releases/candidate_path.py"},
+    "principal": {"auth/stage.py"},
     "session_id": {"sessions/stage.py"},
     "session_owner": {"sessions/stage.py"},
     "session_shared": {"sessions/stage.py"},

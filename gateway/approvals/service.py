@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 
 from gateway.audit.writer import AuditWriter
-from gateway.auth.principal import Principal, Scope
+from gateway.core.principal import Principal, Scope
 from gateway.errors import Conflict, InvalidRequest, NotFound, PermissionDenied, TooManyPendingApprovals
 from gateway.store.approval_record import Approval, Decision, ExcerptMessage, PendingCaps
 from gateway.store.base import ApprovalStore

@@ -24,8 +24,8 @@ from typing import Any
 
 from gateway.approvals.service import APPROVED, PENDING, ApprovalService
 from gateway.audit.writer import AuditWriter
-from gateway.auth.principal import Principal
 from gateway.core.chunks import Chunk, ToolCallDelta
+from gateway.core.principal import Principal
 from gateway.errors import InvalidRequest, PermissionDenied, TooManyPendingApprovals
 from gateway.pipeline import Handler, RequestContext
 from gateway.store.approval_record import Approval

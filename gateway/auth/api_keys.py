@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.audit.writer import AuditWriter
-from gateway.auth.principal import Principal, Scope
 from gateway.auth.stage import digest, new_secret
 from gateway.auth.tenancy import ModelTenancy
+from gateway.core.principal import Limits, Principal, Scope
 from gateway.errors import InvalidRequest, NotFound, PermissionDenied
-from gateway.store.base import KeyRecord, KeyStore, Limits
+from gateway.store.base import KeyRecord, KeyStore
 
 _DISPLAY_PREFIX = 12  # "agw_" + 8 characters: enough to tell keys apart, useless to an attacker
 

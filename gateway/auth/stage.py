@@ -18,11 +18,12 @@ import secrets
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping
 
-from gateway.auth.principal import Principal, Scope
+from gateway.auth.tenancy import ModelTenancy
 from gateway.core.chunks import Chunk
-from gateway.errors import AuthenticationFailed, StoreUnavailable
+from gateway.core.principal import Limits, Principal, Scope
+from gateway.errors import AuthenticationFailed, ModelNotFound, StoreUnavailable
 from gateway.pipeline import Handler, RequestContext
-from gateway.store.base import KeyRecord, KeyStore, Limits
+from gateway.store.base import KeyRecord, KeyStore
 
 SECRET_PREFIX = "agw_"
 _SECRET_BYTES = 32
@@ -189,6 +190,39 @@ class Authenticate:
         principal = await self._authenticator.authenticate(ctx.headers)
         principal.require(Scope.CHAT)
         ctx.principal = principal
+        async with contextlib.aclosing(call_next(ctx)) as chunks:
+            async for chunk in chunks:
+                yield chunk
+
+
+class ResolveModel:
+    """Unknown models, and models this key may not use, are a 404 before anything is spent.
+
+    404 rather than 403 for a model the key may not use: a key must not learn which models
+    other tenants have.
+    """
+
+    def __init__(self, tenancy: ModelTenancy) -> None:
+        self._tenancy = tenancy
+
+    async def __call__(self, ctx: RequestContext, call_next: Handler) -> AsyncGenerator[Chunk, None]:
+        known = self._tenancy.known(ctx.model)
+        if not known or (ctx.principal is not None and not self._tenancy.may_use(ctx.principal, ctx.model)):
+            raise ModelNotFound(f"The model '{ctx.model}' does not exist", param="model")
+        async with contextlib.aclosing(call_next(ctx)) as chunks:
+            async for chunk in chunks:
+                yield chunk
+
+
+class ActAs:
+    """Stands in for `Authenticate` on a path run for an operator (the preflight's eval cases):
+    the operator who asked is the caller, and no secret is presented."""
+
+    def __init__(self, principal: Principal) -> None:
+        self._principal = principal
+
+    async def __call__(self, ctx: RequestContext, call_next: Handler) -> AsyncGenerator[Chunk, None]:
+        ctx.principal = self._principal
         async with contextlib.aclosing(call_next(ctx)) as chunks:
             async for chunk in chunks:
                 yield chunk

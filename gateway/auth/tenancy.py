@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from gateway.auth.principal import Principal
+from gateway.core.principal import Principal
 from gateway.errors import ModelNotFound, PermissionDenied
 
 

@@ -6,7 +6,7 @@ into `gateway.errors.UpstreamError` subclasses; the router never sees httpx or l
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -18,7 +18,7 @@ class BackendRequest:
     """An OpenAI chat-completions body already addressed to one deployment (its model name)."""
 
     body: dict[str, Any]
-    headers: dict[str, str] = field(default_factory=dict)
+    headers: Mapping[str, str] = field(default_factory=dict)
 
 
 class Backend(Protocol):

@@ -30,7 +30,7 @@ import contextlib
 import re
 import ssl
 import zlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -93,7 +93,7 @@ class RequestTemplate:
         self._head = self._render_head(self._headers)
         self._has_body = method not in ("GET", "HEAD")  # no content-length: 0 on a bodiless request
 
-    def render(self, body: bytes, extra: dict[str, str] | None = None) -> bytes:
+    def render(self, body: bytes, extra: Mapping[str, str] | None = None) -> bytes:
         head = self._render_head({**self._headers, **{k.lower(): v for k, v in extra.items()}}) if extra else self._head
         if not self._has_body:
             return head + b"\r\n"

@@ -92,7 +92,7 @@ class LiteLLMBackend:
                     timeout=timeouts.stall_s,
                     drop_params=True,
                     max_retries=0,  # the router retries, across deployments, within its deadline
-                    extra_headers=request.headers or None,
+                    extra_headers=dict(request.headers) or None,
                     **kwargs,
                 )
             iterator = aiter(response)

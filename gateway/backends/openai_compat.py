@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -125,7 +125,7 @@ class OpenAICompatBackend:
     def cut_idle(self, idle_s: float) -> int:
         return sum(deadline.cut(idle_s) for deadline in list(self._live))
 
-    async def _send(self, payload: bytes, headers: dict[str, str], deadline: _Deadline) -> Response:
+    async def _send(self, payload: bytes, headers: Mapping[str, str], deadline: _Deadline) -> Response:
         template = self._chat
         if isinstance(template, ValueError):
             raise template  # a key that is no valid header: not the upstream's doing, nor retryable

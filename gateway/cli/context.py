@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, TypeVar
 
 import click
 
-from gateway.auth.principal import Principal, Scope
+from gateway.core.principal import Limits, Principal, Scope
 from gateway.errors import GatewayError
-from gateway.store.base import Limits, Store
+from gateway.store.base import Store
 
 if TYPE_CHECKING:  # imported when a command runs: `gateway <group> --help` needs none of them
     from gateway.audit.writer import AuditWriter

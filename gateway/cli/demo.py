@@ -105,7 +105,7 @@ async def _demo_keys(settings: Settings) -> tuple[str, str]:
     from gateway.auth.api_keys import KeyService, NewKey
     from gateway.auth.tenancy import ModelTenancy
     from gateway.cli.context import operator_principal
-    from gateway.store.base import Limits
+    from gateway.core.principal import Limits
     from gateway.store.factory import open_store
 
     store = open_store(settings.store)

@@ -12,8 +12,9 @@ import click
 import orjson
 
 from gateway.cli.context import CliContext, config_option, run
+from gateway.core.principal import Limits
 from gateway.settings import MAX_LIMIT
-from gateway.store.base import KeyRecord, Limits
+from gateway.store.base import KeyRecord
 
 if TYPE_CHECKING:
     from gateway.auth.api_keys import KeyService

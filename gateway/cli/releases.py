@@ -20,7 +20,8 @@ import orjson
 
 from checkpoints.registry import CheckpointRegistry
 from gateway.cli.context import CliContext, config_option, run
-from gateway.releases.service import ActiveReleases, ReleaseService, ReleaseSpec
+from gateway.releases.active import ActiveReleases
+from gateway.releases.service import ReleaseService, ReleaseSpec
 from gateway.routing.health import HealthMonitor
 
 T = TypeVar("T")

@@ -14,11 +14,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.audit.writer import iterate, verify_store
 from gateway.auth.api_keys import KeyService, NewKey, public_view
-from gateway.auth.principal import Principal, Scope
 from gateway.auth.stage import Authenticator
+from gateway.core.principal import Limits, Principal, Scope
 from gateway.errors import PermissionDenied
 from gateway.settings import MAX_LIMIT
-from gateway.store.base import AuditStore, Limits
+from gateway.store.base import AuditStore
 
 _MAX_EXPIRY_S = 100 * 365 * 86400
 _MAX_SEQ = 2**53  # audit sequence numbers are counted in Lua numbers (doubles)

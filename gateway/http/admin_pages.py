@@ -13,8 +13,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from gateway.auth.principal import Scope
 from gateway.auth.stage import Authenticator
+from gateway.core.principal import Scope
 from gateway.errors import NotFound
 
 _PAGES = {

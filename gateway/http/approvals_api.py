@@ -9,8 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.approvals.service import ApprovalService
 from gateway.approvals.tool_policy import PolicyHolder
-from gateway.auth.principal import Principal, Scope
 from gateway.auth.stage import Authenticator
+from gateway.core.principal import Principal, Scope
 from gateway.errors import InvalidRequest, PermissionDenied
 from gateway.store.approval_record import STATUSES
 

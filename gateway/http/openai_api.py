@@ -19,11 +19,11 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import Scope as AsgiScope
 
 from gateway import sse
-from gateway.auth.principal import Scope
 from gateway.auth.stage import Authenticator
 from gateway.auth.tenancy import ModelTenancy
 from gateway.core.chunks import Chunk
 from gateway.core.error_bodies import gateway_error_body, gateway_error_response
+from gateway.core.principal import Scope
 from gateway.errors import GatewayError
 from gateway.http.requests import read_body
 from gateway.http.streamed_response import StreamedResponse

@@ -8,9 +8,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from gateway.auth.principal import Principal, Scope
 from gateway.auth.stage import Authenticator
 from gateway.auth.tenancy import ModelTenancy
+from gateway.core.principal import Principal, Scope
 from gateway.errors import InvalidRequest
 from gateway.releases.service import ReleaseService, ReleaseSpec
 from gateway.store.release_record import CanarySettings

@@ -8,8 +8,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from gateway.auth.principal import Principal, Scope
 from gateway.auth.stage import Authenticator
+from gateway.core.principal import Principal, Scope
 from gateway.errors import InvalidRequest
 from gateway.http.streamed_response import StreamedResponse
 from gateway.ids import RandomIds, request_id_from

@@ -21,10 +21,10 @@ from mcp.server.lowlevel.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.types import Receive, Scope, Send
 
-from gateway.auth.principal import Principal
-from gateway.auth.principal import Scope as KeyScope
 from gateway.auth.stage import Authenticator
 from gateway.core.error_bodies import gateway_error_response
+from gateway.core.principal import Principal
+from gateway.core.principal import Scope as KeyScope
 from gateway.errors import GatewayError, MethodNotAllowed
 from gateway.mcp.service import McpGateway
 

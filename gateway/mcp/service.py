@@ -39,7 +39,7 @@ import orjson
 from gateway.approvals.service import APPROVED, ApprovalService
 from gateway.approvals.tool_policy import PolicyHolder
 from gateway.audit.writer import AuditWriter
-from gateway.auth.principal import Principal
+from gateway.core.principal import Principal
 from gateway.errors import RateLimited, StoreUnavailable, TooManyPendingApprovals
 from gateway.mcp.status import UpstreamStatus
 from gateway.mcp.upstream import UpstreamCallFailed, UpstreamServer, UpstreamUnavailable

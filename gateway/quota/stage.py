@@ -16,13 +16,13 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from dataclasses import dataclass
 
-from gateway.auth.principal import Principal
 from gateway.core.chunks import Chunk
+from gateway.core.principal import Limits, Principal
 from gateway.errors import InsufficientQuota, RateLimited, StoreNotReached, StoreUnavailable
 from gateway.ids import RandomIds
 from gateway.pipeline import Handler, RequestContext
 from gateway.settings import FailMode, QuotaSettings
-from gateway.store.base import AdmitRequest, AdmitResult, Limits, QuotaScope, QuotaStore, Reservation, ScopeUsage
+from gateway.store.base import AdmitRequest, AdmitResult, QuotaScope, QuotaStore, Reservation, ScopeUsage
 from gateway.store.session_record import QuotaHold
 from gateway.tokens import counted, estimate_prompt_tokens
 

@@ -11,18 +11,17 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from gateway.auth.principal import Principal, Scope
+from gateway.core.principal import Limits, Principal, Scope
 from gateway.errors import Conflict, GatewayError, InvalidRequest
 from gateway.releases.canary import Outcome
-from gateway.store.base import Limits
 from gateway.store.release_record import Canary, CanarySettings, Release
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
 
     from gateway.audit.writer import AuditWriter
+    from gateway.releases.active import ActiveReleases
     from gateway.releases.canary import CanaryMonitor
-    from gateway.releases.service import ActiveReleases
     from gateway.routing.router import ModelGroup
     from gateway.store.base import ReleaseStore
 

@@ -4,8 +4,8 @@ The checkpoint's files match its manifest; each deployment is healthy (a rollbac
 back with its load hook: on one engine a LoRA load is the traffic switch, so hooks run only after
 the checkpoint verified and every other deployment is fine, and a later refusal gives back what
 the engines served) and serves the pinned checkpoint (served.py); the eval set passes through
-this gateway's own request path pinned to the candidate (candidate_path.py); a replay smoke run
-through the same path, served on a one-time local listener (candidate_listener.py), meets its
+this gateway's own request path pinned to the candidate (candidate.py); a replay smoke run
+through the same path, served on a one-time local listener, meets its
 SLOs. Every problem is named, not only the first.
 """
 
@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from gateway.auth.principal import Principal
+from gateway.core.principal import Principal
 from gateway.errors import GatewayError
-from gateway.releases.candidate_listener import ListenerNotStarted, serve_once
-from gateway.releases.candidate_path import BASE_URL as CANDIDATE_BASE_URL
+from gateway.releases.candidate import BASE_URL as CANDIDATE_BASE_URL
+from gateway.releases.candidate import ListenerNotStarted
 from gateway.releases.load_hooks import LoadedAdapter, give_back
 from gateway.releases.load_hooks import bring_up as bring_up_deployment
 from gateway.releases.served import Adapter, adapter_to_load, mismatches, served_root, served_roots
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
     from eval.runner import CaseResult, EvalResult
     from eval.sets import EvalSet
-    from gateway.releases.candidate_path import CandidatePath
+    from gateway.releases.candidate import CandidateTraffic
     from gateway.routing.deployment import Deployment
     from gateway.routing.health import HealthMonitor
     from gateway.routing.router import ModelGroup
@@ -59,7 +59,7 @@ class PreflightChecks:
 
     if TYPE_CHECKING:  # what ReleaseService provides
         _health: HealthMonitor
-        candidate_path: CandidatePath | None
+        candidate: CandidateTraffic | None
         hook_processes: list[subprocess.Popen[bytes]]
         run_load_hooks: bool
 
@@ -191,8 +191,8 @@ class PreflightChecks:
             return [f"eval set {pin.id} cannot be read: {error}"]
         if eval_set.digest != pin.digest:
             return [f"eval set {pin.id} changed since the release pinned it"]
-        if self.candidate_path is not None and actor is not None:
-            transport = self.candidate_path.transport(actor, record.version)
+        if self.candidate is not None and actor is not None:
+            transport = self.candidate.transport(actor, record.version)
             result = await run_eval(eval_set, CANDIDATE_BASE_URL, None, record.model, transport=transport)
         else:
             # The CLI without --gateway has no request path of a running gateway: the cases go to
@@ -219,11 +219,10 @@ class PreflightChecks:
         smoke = record.smoke
         if smoke is None:
             return []
-        if self.candidate_path is not None and actor is not None:
-            app = self.candidate_path.app(actor, record.version)
+        if self.candidate is not None and actor is not None:
             async with contextlib.AsyncExitStack() as stack:
                 try:
-                    listener = await stack.enter_async_context(serve_once(app))
+                    listener = await stack.enter_async_context(self.candidate.listener(actor, record.version))
                 except ListenerNotStarted as error:  # a refusal like any other: named and audited
                     return [f"replay smoke run: the local listener did not start: {error}"]
                 problem = await run_smoke(smoke, listener.base_url, listener.token, record.model)

@@ -17,17 +17,18 @@ import logging
 import subprocess
 import time
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from checkpoints.registry import CheckpointRegistry, RegistryError
 from gateway.audit.writer import AuditWriter
-from gateway.auth.principal import Principal, Scope
+from gateway.core.principal import Principal, Scope
 from gateway.errors import Conflict, InvalidRequest, NotFound, StoreUnavailable
+from gateway.releases.active import ActiveReleases
 from gateway.releases.canary import CanaryMonitor
 from gateway.releases.canary_ops import CanaryOps
-from gateway.releases.candidate_path import CandidatePath
+from gateway.releases.candidate import CandidateTraffic
 from gateway.releases.history import rollback_target
 from gateway.releases.load_hooks import LoadedAdapter, give_back
 from gateway.releases.preflight import PreflightChecks, PreflightFailed, Served
@@ -36,7 +37,6 @@ from gateway.routing.router import ModelGroup, Router
 from gateway.store.base import ReleaseStore
 from gateway.store.release_record import (
     HISTORY_CAP,
-    Canary,
     CheckpointPin,
     EvalSetPin,
     HistoryEntry,
@@ -66,18 +66,6 @@ class ReleaseSpec:
     notes: str = ""
 
 
-@dataclass
-class ActiveReleases:
-    """This replica's view of each model's active release (kept fresh by ReleaseWatcher)."""
-
-    records: dict[str, Release] = field(default_factory=dict)
-    generations: dict[str, int] = field(default_factory=dict)
-    canaries: dict[str, Canary] = field(default_factory=dict)
-    canary_records: dict[str, Release] = field(default_factory=dict)  # the canary's candidate
-    # What the last verification found wrong with each active release's checkpoint (/readyz).
-    checkpoint_problems: dict[str, list[str]] = field(default_factory=dict)
-
-
 class ReleaseService(PreflightChecks, CanaryOps):
     def __init__(
         self,
@@ -87,6 +75,7 @@ class ReleaseService(PreflightChecks, CanaryOps):
         health: HealthMonitor,
         checkpoints: CheckpointRegistry | None,
         active: ActiveReleases,
+        candidate: CandidateTraffic | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._store = store
@@ -103,8 +92,8 @@ class ReleaseService(PreflightChecks, CanaryOps):
         self._aborting: set[str] = set()
         # Set by app.py: counts automatic canary aborts (model, version) in the metrics.
         self.on_canary_abort: Callable[[str, str], None] | None = None
-        # Set by app.py: eval traffic through this gateway's own request path. The CLI has none.
-        self.candidate_path: CandidatePath | None = None
+        # Eval and smoke traffic through this gateway's own request path. The CLI has none.
+        self.candidate = candidate
 
     async def create(self, actor: Principal, model: str, spec: ReleaseSpec) -> Release:
         actor.require(Scope.ADMIN)

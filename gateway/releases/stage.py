@@ -2,7 +2,7 @@
 
 `ApplyRelease` puts the active release - or, for its share of traffic, the canary - on each new
 request and reports outcomes to the canary monitor; an admin key may pin any release with the
-`X-Gateway-Release` header (the preflight's evals do, see candidate_path.py). Every answer names
+`X-Gateway-Release` header (the preflight's evals do, see candidate.py). Every answer names
 its release in the same header. `CanaryFallback` serves a canary request the candidate fails with
 the active release.
 """
@@ -14,13 +14,14 @@ import random
 import time
 from collections.abc import AsyncGenerator
 
-from gateway.auth.principal import Scope
 from gateway.core.chunks import Chunk
+from gateway.core.principal import Scope
 from gateway.errors import GatewayError, PermissionDenied
 from gateway.pipeline import Handler, RequestContext
+from gateway.releases.active import ActiveReleases
 from gateway.releases.canary import Outcome
-from gateway.releases.candidate_path import RELEASE_HEADER
-from gateway.releases.service import ActiveReleases, ReleaseService
+from gateway.releases.candidate import RELEASE_HEADER
+from gateway.releases.service import ReleaseService
 from gateway.store.release_record import Release
 
 RELEASE_RESPONSE_HEADER = "X-Gateway-Release"  # on every answer: which release produced it

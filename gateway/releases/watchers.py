@@ -14,7 +14,8 @@ from pathlib import Path
 
 from checkpoints.registry import verify
 from gateway.errors import GatewayError, StoreCorrupt
-from gateway.releases.service import ActiveReleases, ReleaseService
+from gateway.releases.active import ActiveReleases
+from gateway.releases.service import ReleaseService
 from gateway.store.base import ReleaseStore
 from gateway.store.release_record import CheckpointPin
 

@@ -32,8 +32,8 @@ from gateway.routing.deployment import LAST_RESORT, Availability, Deployment
 from gateway.routing.failover import Interrupted, StreamProgress
 from gateway.routing.stats import find_slow
 from gateway.routing.strategies import Order
+from gateway.routing.trace import RouteTrace, UntracedRoute
 from gateway.settings import RoutingSettings
-from gateway.telemetry.request_trace import RequestTrace
 
 
 class ModelGroup:
@@ -89,7 +89,7 @@ class Router:
         body: dict[str, Any],
         log: RouteLog,
         resume: tuple[str, int] | None = None,
-        trace: RequestTrace | None = None,
+        trace: RouteTrace | None = None,
         allowed: frozenset[str] | None = None,
     ) -> AsyncGenerator[Chunk, None]:
         """The answer for `body` from the best deployments of `model`, as one uninterrupted stream.
@@ -100,7 +100,7 @@ class Router:
         hears about attempts, retries and failovers.
         """
         group = self.groups[model]
-        trace = trace or RequestTrace()
+        trace = trace or UntracedRoute()
         progress = StreamProgress(body, resume, allowed)
         avoid: set[str] = set()
         while True:
@@ -126,7 +126,7 @@ class Router:
                 avoid = {interrupted.deployment}
 
     async def _serve(
-        self, group: ModelGroup, progress: StreamProgress, log: RouteLog, avoid: set[str], trace: RequestTrace
+        self, group: ModelGroup, progress: StreamProgress, log: RouteLog, avoid: set[str], trace: RouteTrace
     ) -> AsyncGenerator[Chunk, None]:
         """One deployment's answer (or the rest of it), retrying other deployments until its first output."""
         retry = self._settings.retry

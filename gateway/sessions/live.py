@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from gateway.auth.principal import Principal
+from gateway.core.principal import Principal
 from gateway.errors import StoreCorrupt
 from gateway.pipeline import RequestContext
 from gateway.sessions.event_log import SessionLog

@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
-from gateway.auth.principal import Principal
 from gateway.core.chunks import Chunk
+from gateway.core.principal import Principal
 from gateway.errors import NotFound
 from gateway.pipeline import Handler, RequestContext
 from gateway.sessions.checkpointer import Checkpointer

@@ -17,9 +17,9 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import replace
 
 from gateway import sse
-from gateway.auth.principal import Principal
 from gateway.core.chunks import Usage
 from gateway.core.error_bodies import gateway_error_body, stream_failure
+from gateway.core.principal import Principal
 from gateway.errors import NotFound, SessionNotResumable
 from gateway.pipeline import Handler, RequestContext
 from gateway.sessions.event_log import SessionLog, content_of

@@ -20,7 +20,7 @@ import logging
 import time
 from dataclasses import dataclass, replace
 
-from gateway.auth.principal import Principal
+from gateway.core.principal import Principal
 from gateway.errors import StoreCorrupt, StoreUnavailable
 from gateway.pipeline import RequestContext
 from gateway.sessions.live import LiveSessions, may_open

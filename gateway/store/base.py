@@ -14,11 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from gateway.core.principal import Limits
 from gateway.store.approval_record import Approval, Decision, PendingCaps
 from gateway.store.audit_batch import AuditHead as AuditHead  # re-exported: every consumer imports it from here
 from gateway.store.audit_batch import AuditRecord as AuditRecord
 from gateway.store.key_record import KeyRecord as KeyRecord  # re-exported, as above
-from gateway.store.key_record import Limits as Limits
 from gateway.store.release_record import Canary, HistoryEntry, Release
 from gateway.store.session_record import SessionState
 

@@ -14,28 +14,19 @@ from typing import Any
 
 import orjson
 
+from gateway.core.principal import Limits
 from gateway.store import fields as read
 
 _WHAT = "an API key"
 
 
-@dataclass(frozen=True, slots=True)
-class Limits:
-    """None means unlimited."""
-
-    rpm: int | None = None
-    tpm: int | None = None
-    max_concurrency: int | None = None
-    daily_tokens: int | None = None
-
-    @classmethod
-    def from_dict(cls, raw: object) -> Limits:
-        values = read.json_object(raw, f"{_WHAT}'s limits")
-        checked = {}
-        for limit in fields(cls):
-            value = values.get(limit.name)
-            checked[limit.name] = None if value is None else read.integer(values, limit.name, f"{_WHAT}'s limits")
-        return cls(**checked)
+def _limits(raw: object) -> Limits:
+    values = read.json_object(raw, f"{_WHAT}'s limits")
+    checked = {}
+    for limit in fields(Limits):
+        value = values.get(limit.name)
+        checked[limit.name] = None if value is None else read.integer(values, limit.name, f"{_WHAT}'s limits")
+    return Limits(**checked)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +60,7 @@ class KeyRecord:
             prefix=read.text(values, "prefix", _WHAT),
             scopes=read.names(values, "scopes", _WHAT),
             models=read.names(values, "models", _WHAT),
-            limits=Limits.from_dict(values.get("limits")),
+            limits=_limits(values.get("limits")),
             created_at=read.number(values, "created_at", _WHAT),
             expires_at=read.optional_number(values, "expires_at", _WHAT),
             revoked_at=read.optional_number(values, "revoked_at", _WHAT),

@@ -23,7 +23,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import INVALID_SPAN, Span, SpanKind, StatusCode
 
 from gateway.errors import UpstreamStatusError
-from gateway.store.approval_record import Approval
+from gateway.pipeline import Decided
 
 if TYPE_CHECKING:
     from gateway.core.route_log import Attempt
@@ -109,7 +109,7 @@ class RequestTrace:
         }
         self.span.add_event("gateway.approval.requested", attributes)
 
-    async def approval_wait(self, approval_id: str, tool: str, wait: Awaitable[Approval]) -> Approval:
+    async def approval_wait(self, approval_id: str, tool: str, wait: Awaitable[Decided]) -> Decided:
         """Await a person's decision, counted as pending meanwhile; returns the decided approval."""
         pending = self._telemetry.instruments.approvals_pending if self._telemetry is not None else None
         self.span.add_event("gateway.approval.wait", {"gateway.approval_id": approval_id, "gen_ai.tool.name": tool})

@@ -13,14 +13,13 @@ import pytest
 from gateway.approvals.service import ApprovalService
 from gateway.approvals.tool_policy import PolicyHolder, ToolPolicy
 from gateway.audit.writer import AuditWriter, iterate
-from gateway.auth.principal import Principal
 from gateway.core.chunks import Chunk, ToolCallDelta
+from gateway.core.principal import Limits, Principal
 from gateway.pipeline import Call, RequestContext, compose
 from gateway.routing.deployment import Deployment
 from gateway.routing.router import ModelGroup, Router
 from gateway.routing.strategies import STRATEGIES
 from gateway.settings import DeploymentSettings, EmbeddedStoreSettings, RoutingSettings, Strategy
-from gateway.store.base import Limits
 from gateway.store.embedded import EmbeddedStore
 from tests.doubles import Script, ScriptedBackend
 

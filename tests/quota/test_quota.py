@@ -8,13 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from gateway.auth.principal import Principal
 from gateway.core.chunks import Chunk
+from gateway.core.principal import Limits, Principal
 from gateway.errors import RateLimited
 from gateway.pipeline import RequestContext
 from gateway.quota.stage import Admit
 from gateway.settings import EmbeddedStoreSettings, QuotaSettings
-from gateway.store.base import Limits
 from gateway.store.embedded import EmbeddedStore
 
 KEY = Principal("key_q", "acme", frozenset({"chat"}), frozenset(), Limits(max_concurrency=1))

@@ -15,12 +15,12 @@ import httpx
 import pytest
 
 from checkpoints.registry import CheckpointRegistry
-from gateway.auth.principal import Principal
+from gateway.core.principal import Limits, Principal
 from gateway.errors import Conflict, StoreUnavailable
+from gateway.releases.active import ActiveReleases
 from gateway.releases.preflight import PreflightChecks, PreflightFailed
-from gateway.releases.service import ActiveReleases, ReleaseService
+from gateway.releases.service import ReleaseService
 from gateway.settings import DeploymentSettings, LoadHook, LoadHookKind
-from gateway.store.base import Limits
 from gateway.store.release_record import CheckpointPin, PromptPin, Release, SmokePin
 
 ADAPTER = "tiny-ft"
@@ -72,7 +72,7 @@ class Checks(PreflightChecks):
             for name, engine in engines.items()
         ]
         self._health = SimpleNamespace(probe=self._probe)  # type: ignore[assignment]
-        self.candidate_path = None
+        self.candidate = None
         self.hook_processes = []
         self.run_load_hooks = True
 
@@ -341,13 +341,13 @@ async def test_a_preflight_listener_that_cannot_start_is_a_named_refusal_not_a_c
     engines: dict[str, Engine], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """A refusal (PreflightFailed) is what gets audited; any other error was a bare 500."""
-    from gateway.releases import candidate_listener
+    from gateway.http import candidate_listener
 
     unbindable = SimpleNamespace(socket=Unbindable, AF_INET=socket.AF_INET, SOCK_STREAM=socket.SOCK_STREAM)
     monkeypatch.setattr(candidate_listener, "socket", unbindable)
     engines["ft"] = Engine(None)
     checks = Checks(engines, hooked="")
-    checks.candidate_path = SimpleNamespace(app=lambda actor, version: None)  # type: ignore[assignment]
+    checks.candidate = SimpleNamespace(listener=lambda actor, version: candidate_listener.serve_once(None))  # type: ignore[arg-type]
     record = Release(
         model="m",
         version="v2",

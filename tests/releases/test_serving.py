@@ -12,7 +12,8 @@ from typing import Any, cast
 import orjson
 import pytest
 
-from gateway.releases.service import ActiveReleases, ReleaseService
+from gateway.releases.active import ActiveReleases
+from gateway.releases.service import ReleaseService
 from gateway.releases.watchers import ReleaseWatcher
 from gateway.settings import EmbeddedStoreSettings
 from gateway.store.embedded import DB_FILE, EmbeddedStore

@@ -17,7 +17,7 @@ import orjson
 import pytest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.releases.candidate_listener import serve_once
+from gateway.http.candidate_listener import serve_once
 from gateway.releases.smoke import run_smoke, smoke_command, smoke_verdict
 from gateway.store.release_record import SmokePin
 from replay.metrics import Slo, summarize

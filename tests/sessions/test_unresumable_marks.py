@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.auth.principal import Principal
+from gateway.core.principal import Limits, Principal
 from gateway.pipeline import RequestContext
 from gateway.sessions import unresumable
 from gateway.sessions.checkpointer import Checkpointer
@@ -17,7 +17,6 @@ from gateway.sessions.event_log import SessionLog
 from gateway.sessions.live import LiveSession, LiveSessions
 from gateway.sessions.unresumable import UNRESUMABLE, UnresumableMarks
 from gateway.settings import EmbeddedStoreSettings, RedisStoreSettings, SessionSettings
-from gateway.store.base import Limits
 from gateway.store.embedded import EmbeddedStore
 from gateway.store.redis_store import RedisStore
 from gateway.store.session_record import SessionState

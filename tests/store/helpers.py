@@ -8,8 +8,9 @@ import time
 import uuid
 from typing import Any
 
+from gateway.core.principal import Limits
 from gateway.store.approval_record import Approval, ExcerptMessage
-from gateway.store.base import AdmitRequest, AdmitResult, AuditHead, AuditRecord, KeyRecord, Limits, QuotaScope, Store
+from gateway.store.base import AdmitRequest, AdmitResult, AuditHead, AuditRecord, KeyRecord, QuotaScope, Store
 from gateway.store.release_record import (
     Canary,
     CanarySettings,

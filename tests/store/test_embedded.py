@@ -12,9 +12,10 @@ from pathlib import Path
 import orjson
 import pytest
 
+from gateway.core.principal import Limits
 from gateway.errors import StoreCorrupt, StoreUnavailable
 from gateway.settings import EmbeddedStoreSettings
-from gateway.store.base import WINDOW_S, AuditHead, Limits, QuotaScope
+from gateway.store.base import WINDOW_S, AuditHead, QuotaScope
 from gateway.store.embedded import DB_FILE, EmbeddedStore
 from gateway.store.release_record import Canary, HistoryEntry, Release
 from tests.store.helpers import admit_request, chained, key_record, key_scope

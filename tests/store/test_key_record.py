@@ -6,7 +6,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from gateway.store.key_record import KeyRecord, Limits
+from gateway.core.principal import Limits
+from gateway.store.key_record import KeyRecord
 from tests.store.helpers import key_record
 
 # A key as the gateway stored it before its record was checked field by field.

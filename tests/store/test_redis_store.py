@@ -12,10 +12,11 @@ import pytest
 import redis.asyncio as aioredis
 from redis.crc import key_slot
 
+from gateway.core.principal import Limits
 from gateway.errors import StoreCorrupt
 from gateway.settings import RedisStoreSettings
 from gateway.store import keys
-from gateway.store.base import WINDOW_S, AuditHead, Limits, QuotaScope
+from gateway.store.base import WINDOW_S, AuditHead, QuotaScope
 from gateway.store.redis_store import RedisStore
 from tests.procs import shared_redis_url
 from tests.store.conftest import delete_prefix

@@ -11,7 +11,8 @@ import httpx
 import pytest
 from starlette.types import Receive, Scope, Send
 
-from gateway.releases.candidate_listener import Listener, serve_once
+from gateway.http.candidate_listener import serve_once
+from gateway.releases.candidate import Listener
 
 
 def recording_app(seen: list[dict[bytes, bytes]]) -> object:
@@ -109,7 +110,7 @@ def test_request_heads_that_never_arrive_are_cut_and_capped_while_the_token_stil
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Anyone on the machine can connect to the listener: half-open heads must not pile up."""
-    from gateway.releases import candidate_listener
+    from gateway.http import candidate_listener
 
     monkeypatch.setattr(candidate_listener, "_HEADER_TIMEOUT_S", 0.5)
 
@@ -132,7 +133,7 @@ def test_request_heads_that_never_arrive_are_cut_and_capped_while_the_token_stil
 
 def test_a_cancellation_arriving_while_the_listener_is_abandoned_is_not_swallowed() -> None:
     """The server task's own CancelledError is expected; the preflight's must go through."""
-    from gateway.releases.candidate_listener import _abandon
+    from gateway.http.candidate_listener import _abandon
 
     async def scenario() -> bool:
         stopping = asyncio.Event()

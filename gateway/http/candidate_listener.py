@@ -2,7 +2,7 @@
 
 The replay smoke run measures TTFT and TPOT over real HTTP from a child process (the eval cases go
 in process, where httpx buffers whole responses and no timing would mean anything). So the pinned
-app of candidate_path.py is served on 127.0.0.1 on a port the kernel picks, and only to a caller
+app of candidate_app.py is served on 127.0.0.1 on a port the kernel picks, and only to a caller
 holding a random token made for this listener: anyone else on the machine (another user, a
 browser page posting to localhost) gets 401 and never reaches a path that runs as the operator.
 The listener is closed however the preflight ends: finished, timed out or cancelled.
@@ -17,7 +17,6 @@ import logging
 import secrets
 import socket
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -26,6 +25,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.core.error_bodies import error_body
 from gateway.http.connection_guard import guarded_protocol
+from gateway.releases.candidate import Listener, ListenerNotStarted
 
 log = logging.getLogger(__name__)
 
@@ -38,16 +38,6 @@ _GRACEFUL_S = 1  # requests still running when the smoke run is over are abandon
 _HEADER_TIMEOUT_S = 10.0
 _MAX_PENDING = 16
 _MAX_CONCURRENCY = 32
-
-
-@dataclass(frozen=True, slots=True)
-class Listener:
-    base_url: str  # http://127.0.0.1:PORT/v1
-    token: str = field(repr=False)  # the one bearer token it accepts: kept out of logs and tracebacks
-
-
-class ListenerNotStarted(Exception):
-    """The listener could not be opened or its server did not come up; the message says why."""
 
 
 class _ServerLog(logging.Logger):

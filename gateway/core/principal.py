@@ -1,4 +1,8 @@
-"""Who is calling: the principal that travels with a request, and the scopes a key can hold."""
+"""Who is calling: the principal that travels with a request, its limits, and the scopes a key can hold.
+
+In the kernel because nearly every layer reads it (the stages, the store's quota scopes, the
+admin surfaces) and it depends on nothing but the error tree.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from gateway.errors import PermissionDenied
-from gateway.store.base import Limits
 
 
 class Scope(StrEnum):
@@ -15,6 +18,16 @@ class Scope(StrEnum):
     APPROVER = "approver"  # decide tool approvals
     AUDIT = "audit"  # read the audit log
     PLATFORM = "platform"  # every tenant: shared models' releases, the policy file, the whole audit chain
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """None means unlimited."""
+
+    rpm: int | None = None
+    tpm: int | None = None
+    max_concurrency: int | None = None
+    daily_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
