@@ -20,7 +20,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.procs import deployment, gateway_config, running_gateway, start_sim
+from tests.procs import deployment, gateway_config, gateway_process, start_sim
 
 BODY = {"model": "sim-model", "messages": [{"role": "user", "content": "fair?"}], "max_tokens": 4}
 
@@ -43,7 +43,7 @@ def measure(refuse_early: bool, seconds: float, clients: int) -> dict[str, int]:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             config = gateway_config(deployment("a", sim, max_inflight=2), quota={"refuse_early_retries": refuse_early})
-            with running_gateway(Path(tmp), config) as gateway:
+            with gateway_process(Path(tmp), config) as gateway:
                 keys = [gateway.create_key()[1] for _ in range(clients)]
                 counts = {"eager": 0, "patient": 0, "other": 0}
                 until = time.monotonic() + seconds

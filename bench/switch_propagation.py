@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 
 from gateway.auth.stage import new_secret
-from tests.procs import delete_redis_prefix, deployment, gateway_config, running_gateway, start_sim
+from tests.procs import delete_redis_prefix, deployment, gateway_config, gateway_process, start_sim
 
 MODEL = "sim-model"
 QUESTION = [{"role": "user", "content": "which release?"}]
@@ -50,8 +50,8 @@ def main() -> None:
     admin_key = new_secret()
     try:
         with (
-            running_gateway(tmp, config, admin_key=admin_key) as a,
-            running_gateway(tmp, config, admin_key=admin_key) as b,
+            gateway_process(tmp, config, admin_key=admin_key) as a,
+            gateway_process(tmp, config, admin_key=admin_key) as b,
         ):
             run(a, b, args.switches, args.watch_interval)
     finally:

@@ -1,4 +1,5 @@
-"""Real processes for end-to-end tests: simulated backends and gateways on 127.0.0.1."""
+"""Real servers for end-to-end tests on 127.0.0.1: simulated backends and Redis as processes, gateways
+in process (tests/served.py) or, where the process is the point, as processes."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import yaml
 
 from common.processes import Announced, start_announcing
 from gateway.auth.stage import new_secret
+from gateway.settings import load_settings
 
 FAST_SIM = ["--ttft-ms", "5", "--tpot-ms", "1", "--jitter", "0"]
 
@@ -64,16 +66,12 @@ def gateway_config(*deployments: dict[str, Any], **sections: Any) -> dict[str, A
 
 @dataclass
 class Gateway:
-    """A gateway process with a bootstrap admin key and one chat key of tenant "acme"."""
+    """A gateway with a bootstrap admin key and one chat key of tenant "acme"."""
 
-    process: Announced
+    url: str
     admin_key: str
     key: str
     config_path: Path
-
-    @property
-    def url(self) -> str:
-        return self.process.url
 
     def headers(self, key: str | None = None) -> dict[str, str]:
         return {"Authorization": f"Bearer {key or self.key}"}
@@ -84,6 +82,13 @@ class Gateway:
         reply = httpx.post(f"{self.url}/admin/keys", json=body, headers=self.headers(self.admin_key), timeout=10)
         reply.raise_for_status()
         return reply.json()["key"]["id"], reply.json()["secret"]
+
+
+@dataclass
+class GatewayProcess(Gateway):
+    """A `gateway serve` process: for tests that kill, signal or restart it, or read its output."""
+
+    process: Announced
 
 
 def audit_records(
@@ -105,20 +110,41 @@ def audit_records(
         time.sleep(0.05)
 
 
+def _config_file(tmp_path: Path, config: dict[str, Any]) -> Path:
+    config = {"store": {"kind": "embedded", "path": str(tmp_path / "data")}, **config}
+    path = tmp_path / f"gateway-{uuid.uuid4().hex[:8]}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
 @contextlib.contextmanager
-def running_gateway(
+def running_gateway(tmp_path: Path, config: dict[str, Any], admin_key: str | None = None) -> Iterator[Gateway]:
+    """A gateway served in this process (tests/served.py), from the config file a process would
+    read; replicas of one deployment share `admin_key` (and the config's store)."""
+    from tests.served import serve_in_thread
+
+    path = _config_file(tmp_path, config)
+    admin_key = admin_key or new_secret()
+    settings = load_settings(path)
+    settings = settings.model_copy(update={"auth": settings.auth.model_copy(update={"admin_key": admin_key})})
+    with serve_in_thread(settings) as url:
+        gateway = Gateway(url, admin_key, "", path)
+        gateway.key = gateway.create_key()[1]
+        yield gateway
+
+
+@contextlib.contextmanager
+def gateway_process(
     tmp_path: Path,
     config: dict[str, Any],
     env: dict[str, str] | None = None,
     admin_key: str | None = None,
     args: tuple[str, ...] = (),
     stderr: IO[str] | None = None,
-) -> Iterator[Gateway]:
-    """A gateway process (`args`: more `gateway serve` options; its log goes to `stderr`, by default
-    the test's); replicas of one deployment share `admin_key` (and the config's store)."""
-    config = {"store": {"kind": "embedded", "path": str(tmp_path / "data")}, **config}
-    path = tmp_path / f"gateway-{uuid.uuid4().hex[:8]}.yaml"
-    path.write_text(yaml.safe_dump(config))
+) -> Iterator[GatewayProcess]:
+    """A `gateway serve` process (`args`: more options; its log goes to `stderr`, by default the
+    test's); replicas of one deployment share `admin_key` (and the config's store)."""
+    path = _config_file(tmp_path, config)
     admin_key = admin_key or new_secret()
     process = start_announcing(
         ["gateway", "serve", "--config", str(path), "--port", "0", *args],
@@ -126,7 +152,7 @@ def running_gateway(
         stderr=stderr,
     )
     try:
-        gateway = Gateway(process, admin_key, "", path)
+        gateway = GatewayProcess(process.url, admin_key, "", path, process)
         gateway.key = gateway.create_key()[1]
         yield gateway
     finally:

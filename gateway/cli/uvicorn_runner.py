@@ -79,18 +79,16 @@ def base_url(sock: socket.socket) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-def serve(app: Any, sock: socket.socket, on_ready: Callable[[], None], limits: ServerSettings | None = None) -> None:
-    """Serve until SIGINT, SIGTERM or SIGHUP, then return; `on_ready` runs once the app has started
-    and accepts.
-
-    With `limits` (the server settings), slow, never-finished or oversized request heads are cut and
-    connections waiting for one are capped (`gateway/http/connection_guard.py`)."""
+def server_config(app: Any, limits: ServerSettings | None = None) -> uvicorn.Config:
+    """How the gateway is served: with `limits` (the server settings), slow, never-finished or
+    oversized request heads are cut and connections waiting for one are capped
+    (`gateway/http/connection_guard.py`). The tests' in-process gateways are served the same way."""
     http: Any = "httptools" if importlib.util.find_spec("httptools") else "h11"
     if limits is not None:
         http = guarded_protocol(
             limits.header_timeout_s, limits.max_unauthenticated_connections, max_head_bytes=limits.max_header_bytes
         )
-    config = uvicorn.Config(
+    return uvicorn.Config(
         app,
         log_level="warning",
         access_log=False,
@@ -99,7 +97,12 @@ def serve(app: Any, sock: socket.socket, on_ready: Callable[[], None], limits: S
         http=http,
         timeout_graceful_shutdown=10,
     )
-    server = _AnnouncingServer(config, on_ready)
+
+
+def serve(app: Any, sock: socket.socket, on_ready: Callable[[], None], limits: ServerSettings | None = None) -> None:
+    """Serve until SIGINT, SIGTERM or SIGHUP, then return; `on_ready` runs once the app has started
+    and accepts."""
+    server = _AnnouncingServer(server_config(app, limits), on_ready)
     try:
         server.run(sockets=[sock])
     finally:

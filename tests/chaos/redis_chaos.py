@@ -11,7 +11,7 @@ import socket
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -104,7 +104,7 @@ class Tally:
 
 
 async def steady_load(
-    gateways: list[Gateway],
+    gateways: Sequence[Gateway],
     stop: asyncio.Event,
     tally: Tally,
     *,

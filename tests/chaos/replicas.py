@@ -20,21 +20,21 @@ import orjson
 
 from common.sse_reader import read_events
 from gateway.auth.stage import new_secret
-from tests.procs import Gateway, delete_redis_prefix, redis_store_config, running_gateway
+from tests.procs import GatewayProcess, delete_redis_prefix, gateway_process, redis_store_config
 
 
 @dataclass
 class Replicas:
-    """Gateway replicas sharing one store, one admin key and one chat key."""
+    """GatewayProcess replicas sharing one store, one admin key and one chat key."""
 
     tmp_path: Path
     config: dict[str, Any]
     admin_key: str
     stack: ExitStack
-    live: list[Gateway] = field(default_factory=list)
+    live: list[GatewayProcess] = field(default_factory=list)
 
-    def start(self) -> Gateway:
-        gateway = self.stack.enter_context(running_gateway(self.tmp_path, self.config, admin_key=self.admin_key))
+    def start(self) -> GatewayProcess:
+        gateway = self.stack.enter_context(gateway_process(self.tmp_path, self.config, admin_key=self.admin_key))
         if self.live:
             gateway.key = self.live[0].key
         self.live.append(gateway)
@@ -55,7 +55,7 @@ class Replicas:
         assert reply.status_code == 200, reply.text
         return int(reply.headers["x-ratelimit-remaining-requests"])
 
-    def kill(self, gateway: Gateway) -> None:
+    def kill(self, gateway: GatewayProcess) -> None:
         os.kill(gateway.process.process.pid, signal.SIGKILL)
         gateway.process.process.wait(10)
         self.live.remove(gateway)
@@ -138,7 +138,7 @@ def usage_of(events: list[tuple[int | None, Any]]) -> dict[str, Any] | None:
     return usages[-1] if usages else None
 
 
-def resume(gateway: Gateway, session_id: str, last_id: int) -> list[tuple[int | None, Any]]:
+def resume(gateway: GatewayProcess, session_id: str, last_id: int) -> list[tuple[int | None, Any]]:
     headers = {**gateway.headers(), "Last-Event-ID": str(last_id)}
     reply = httpx.get(f"{gateway.url}/v1/sessions/{session_id}/stream", headers=headers, timeout=60)
     assert reply.status_code == 200, reply.text

@@ -30,7 +30,7 @@ from common.processes import Announced, start_announcing
 from common.sse_reader import read_events
 from gateway.auth.stage import new_secret
 from tests.chaos.redis_chaos import PrivateRedis, private_redis, wait_ready
-from tests.procs import Gateway, deployment, gateway_config, policy_file, running_gateway, set_faults
+from tests.procs import GatewayProcess, deployment, gateway_config, gateway_process, policy_file, set_faults
 from tests.support.leaks import assert_none_leak, error_messages, internals_in, leaks_of
 
 pytestmark = pytest.mark.chaos
@@ -71,7 +71,7 @@ def _request_id(label: str) -> str:
 def chat(
     seen: Seen,
     label: str,
-    gateway: Gateway,
+    gateway: GatewayProcess,
     key: str | None = None,
     *,
     stream: bool = False,
@@ -89,7 +89,7 @@ def chat(
     return reply
 
 
-def get(seen: Seen, label: str, gateway: Gateway, path: str, key: str, **headers: str) -> httpx.Response:
+def get(seen: Seen, label: str, gateway: GatewayProcess, path: str, key: str, **headers: str) -> httpx.Response:
     request_id = _request_id(label)
     sent = {**gateway.headers(key), "X-Request-Id": request_id, **headers}
     reply = httpx.get(f"{gateway.url}{path}", headers=sent, timeout=30)
@@ -106,8 +106,8 @@ class Pair:
     """Two replicas on one Redis: `lenient` fails open on quota, `strict` fails closed and has a
     tiny audit queue (so an outage soon fills it); one admin key, the same chat keys."""
 
-    lenient: Gateway
-    strict: Gateway
+    lenient: GatewayProcess
+    strict: GatewayProcess
     metered: str  # a key with an RPM limit: the quota store is asked on every request
     session_id: str  # a session with one streamed answer, made before the fault
 
@@ -124,8 +124,8 @@ def pair_on(tmp_path: Path, sim: Announced, server: PrivateRedis, log: IO[str]) 
     )
     admin_key = new_secret()
     with ExitStack() as stack:
-        first = stack.enter_context(running_gateway(tmp_path, lenient, admin_key=admin_key, stderr=log))
-        second = stack.enter_context(running_gateway(tmp_path, strict, admin_key=admin_key, stderr=log))
+        first = stack.enter_context(gateway_process(tmp_path, lenient, admin_key=admin_key, stderr=log))
+        second = stack.enter_context(gateway_process(tmp_path, strict, admin_key=admin_key, stderr=log))
         second.key = first.key
         _, metered = first.create_key(rpm=100_000)
         session_id = f"leak-session-{uuid.uuid4().hex[:8]}"
@@ -232,7 +232,7 @@ def test_a_backend_failing_mid_answer_tells_clients_nothing_internal(
         ("status", {"status": 500}),
         ("cut at once", {"cut_after": 0}),
     ]
-    with running_gateway(tmp_path, config) as gateway:
+    with gateway_process(tmp_path, config) as gateway:
         for name, fault in faults:
             set_faults(sim, **fault)
             chat(seen, f"{name} stream", gateway, stream=True)
@@ -257,7 +257,7 @@ bindings:
 MCP_SECRET = "leak-test-approval-secret-0123456789"
 
 
-def _mcp_call(gateway: Gateway, key: str, tool: str, arguments: dict[str, Any]) -> httpx.Response:
+def _mcp_call(gateway: GatewayProcess, key: str, tool: str, arguments: dict[str, Any]) -> httpx.Response:
     """One stateless MCP `tools/call`, as raw HTTP (the reply may be an HTTP error, an SSE stream
     or JSON), so that every byte the client gets can be checked."""
     headers = {**gateway.headers(key), "Accept": "application/json, text/event-stream"}
@@ -300,7 +300,7 @@ def test_mcp_faults_tell_clients_nothing_internal(tmp_path: Path, sim_pair: list
                 tools={"policy_file": policy_file(tmp_path, MCP_POLICY), "approval_secret": MCP_SECRET},
                 mcp={"servers": [{"name": "files", "url": upstream.url, "call_timeout_s": 2}]},
             )
-            with running_gateway(tmp_path, config) as gateway:
+            with gateway_process(tmp_path, config) as gateway:
                 _, metered = gateway.create_key(rpm=100_000)
                 _, uncached = gateway.create_key()
                 deadline = time.monotonic() + 30

@@ -18,7 +18,7 @@ import pytest
 
 from common.processes import Announced
 from tests.chaos.replicas import parse, text_of
-from tests.procs import Gateway, deployment, gateway_config, reset, running_gateway, set_faults, start_sim
+from tests.procs import GatewayProcess, deployment, gateway_config, gateway_process, reset, set_faults, start_sim
 
 pytestmark = pytest.mark.chaos
 
@@ -54,7 +54,7 @@ def expected_text(sim: Announced) -> str:
     return str(reply.json()["choices"][0]["message"]["content"])
 
 
-def timed_stream(gateway: Gateway, results: list[tuple[float, str]], bound_s: float = 15.0) -> None:
+def timed_stream(gateway: GatewayProcess, results: list[tuple[float, str]], bound_s: float = 15.0) -> None:
     """One streamed request; appends (seconds it took, its text), or (inf, "") when it was still
     going after `bound_s` (the gateway's own keep-alives would keep a read timeout from firing)."""
     started = time.monotonic()
@@ -75,19 +75,19 @@ def timed_stream(gateway: Gateway, results: list[tuple[float, str]], bound_s: fl
     results.append((float("inf"), ""))
 
 
-def in_threads(count: int, gateway: Gateway, results: list[tuple[float, str]]) -> list[threading.Thread]:
+def in_threads(count: int, gateway: GatewayProcess, results: list[tuple[float, str]]) -> list[threading.Thread]:
     threads = [threading.Thread(target=timed_stream, args=(gateway, results)) for _ in range(count)]
     for thread in threads:
         thread.start()
     return threads
 
 
-def readiness(gateway: Gateway) -> tuple[int, dict[str, Any]]:
+def readiness(gateway: GatewayProcess) -> tuple[int, dict[str, Any]]:
     reply = httpx.get(f"{gateway.url}/readyz", timeout=5)
     return reply.status_code, reply.json()
 
 
-def seconds_until_not_ready(gateway: Gateway, bound_s: float) -> float:
+def seconds_until_not_ready(gateway: GatewayProcess, bound_s: float) -> float:
     """Polled every 50 ms, for at most `bound_s`; inf if it stayed ready."""
     started = time.monotonic()
     while time.monotonic() - started < bound_s:
@@ -113,7 +113,7 @@ def test_comments_after_the_first_tokens_are_a_stall_like_silence(
 ) -> None:
     set_faults(bad, **{fault: 2})
     config = gateway_config(faulty(bad, stall_s=1.0), deployment("b", good, priority=1))
-    with running_gateway(tmp_path, config) as gateway:
+    with gateway_process(tmp_path, config) as gateway:
         results: list[tuple[float, str]] = []
         timed_stream(gateway, results)
         [(took, text)] = results
@@ -127,7 +127,7 @@ def test_answers_waiting_on_a_stalled_deployment_fail_over_when_its_first_stall_
 ) -> None:
     set_faults(bad, keepalive_after=1)
     config = gateway_config(faulty(bad), deployment("b", good, priority=1))
-    with running_gateway(tmp_path, config) as gateway:
+    with gateway_process(tmp_path, config) as gateway:
         first: list[tuple[float, str]] = []
         threads = in_threads(1, gateway, first)
         wait_for_fault(bad, "keepalive")
@@ -155,7 +155,7 @@ def test_a_model_whose_only_deployment_stalls_in_comments_is_not_ready_after_one
     tmp_path: Path, bad: Announced
 ) -> None:
     config = gateway_config(faulty(bad, stall_s=1.0))
-    with running_gateway(tmp_path, config) as gateway:
+    with gateway_process(tmp_path, config) as gateway:
         assert readiness(gateway)[0] == 200
         set_faults(bad, keepalive_after=1)
         results: list[tuple[float, str]] = []
@@ -176,7 +176,7 @@ def test_a_model_whose_only_deployment_drips_its_health_answer_is_not_ready_with
 ) -> None:
     health = {"interval_s": 0.5, "timeout_s": 0.5, "unhealthy_after": 1}
     config = gateway_config(faulty(bad), routing={"health": health})
-    with running_gateway(tmp_path, config) as gateway:
+    with gateway_process(tmp_path, config) as gateway:
         assert readiness(gateway)[0] == 200
         set_faults(bad, drip_health=True)
         took = seconds_until_not_ready(gateway, bound_s=6.0)
@@ -189,7 +189,7 @@ def test_a_model_whose_only_deployment_drips_its_health_answer_is_not_ready_with
         assert seconds_until_ready(gateway, bound_s=6.0) < 6.0
 
 
-def seconds_until_ready(gateway: Gateway, bound_s: float) -> float:
+def seconds_until_ready(gateway: GatewayProcess, bound_s: float) -> float:
     started = time.monotonic()
     while time.monotonic() - started < bound_s:
         if readiness(gateway)[0] == 200:

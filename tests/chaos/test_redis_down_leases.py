@@ -17,7 +17,7 @@ import pytest
 from common.processes import Announced
 from gateway.store import keys
 from tests.chaos.redis_chaos import audited, private_redis
-from tests.procs import deployment, gateway_config, running_gateway, start_sim
+from tests.procs import deployment, gateway_config, gateway_process, start_sim
 
 pytestmark = pytest.mark.chaos
 
@@ -41,7 +41,7 @@ async def test_redis_down_for_2s_leaks_no_concurrency_lease(tmp_path: Path, slow
             store={"kind": "redis", "url": server.url, "key_prefix": "chaos", "socket_timeout_s": 2},
             quota={"on_store_error": "fail_open", "lease_ttl_s": 60},
         )
-        with running_gateway(tmp_path, config) as gateway:
+        with gateway_process(tmp_path, config) as gateway:
             key_id, gateway.key = gateway.create_key(max_concurrency=STREAMS)
             leases = keys.scope_keys("chaos", "acme", f"key:{key_id}").leases
             body = {"model": "sim-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 30}

@@ -18,7 +18,7 @@ import pytest
 
 from common.processes import Announced
 from tests.chaos.redis_chaos import PrivateRedis, private_redis
-from tests.procs import Gateway, deployment, gateway_config, running_gateway
+from tests.procs import GatewayProcess, deployment, gateway_config, gateway_process
 
 pytestmark = pytest.mark.chaos
 
@@ -35,13 +35,13 @@ def config(server: PrivateRedis, sim: Announced, on_store_error: str) -> dict[st
     )
 
 
-def ask(gateway: Gateway, session_id: str, *, stream: bool) -> httpx.Response:
+def ask(gateway: GatewayProcess, session_id: str, *, stream: bool) -> httpx.Response:
     headers = {**gateway.headers(), "X-Session-Id": session_id}
     body = {**BODY, "stream": stream}
     return httpx.post(f"{gateway.url}/v1/chat/completions", json=body, headers=headers, timeout=20)
 
 
-def resumed(gateway: Gateway, session_id: str) -> httpx.Response:
+def resumed(gateway: GatewayProcess, session_id: str) -> httpx.Response:
     url = f"{gateway.url}/v1/sessions/{session_id}/stream"
     return httpx.get(url, headers=gateway.headers(), timeout=10)
 
@@ -68,7 +68,7 @@ class Outage:
             os.kill(self.server.process.pid, signal.SIGCONT)
 
 
-def during(gateway: Gateway, outage: Outage, session_ids: list[str]) -> list[httpx.Response]:
+def during(gateway: GatewayProcess, outage: Outage, session_ids: list[str]) -> list[httpx.Response]:
     outage.begin()
     try:
         return [ask(gateway, sid, stream=i % 2 == 0) for i, sid in enumerate(session_ids)]
@@ -76,7 +76,7 @@ def during(gateway: Gateway, outage: Outage, session_ids: list[str]) -> list[htt
         outage.end()
 
 
-def until_not_resumable(gateway: Gateway, session_id: str, within_s: float = 20) -> httpx.Response:
+def until_not_resumable(gateway: GatewayProcess, session_id: str, within_s: float = 20) -> httpx.Response:
     """The resume of an answer served without a checkpoint, once the store has heard of it (the
     gateway marks the session when the store is back, in the background)."""
     deadline = time.monotonic() + within_s
@@ -91,7 +91,7 @@ def until_not_resumable(gateway: Gateway, session_id: str, within_s: float = 20)
 def test_serve_unresumable_answers_session_requests_through_an_outage(
     tmp_path: Path, sim: Announced, kind: str
 ) -> None:
-    with private_redis(tmp_path) as server, running_gateway(tmp_path, config(server, sim, "serve_unresumable")) as gw:
+    with private_redis(tmp_path) as server, gateway_process(tmp_path, config(server, sim, "serve_unresumable")) as gw:
         known = f"s-{uuid.uuid4().hex[:8]}"
         assert ask(gw, known, stream=True).status_code == 200  # the key is cached, the session stored
         session_ids = [known, *(f"s-{uuid.uuid4().hex[:8]}" for _ in range(REQUESTS_PER_OUTAGE - 1))]
@@ -119,7 +119,7 @@ def test_serve_unresumable_answers_session_requests_through_an_outage(
 
 @pytest.mark.parametrize("kind", ["sigkill", "sigstop"])
 def test_fail_closed_refuses_session_requests_during_an_outage(tmp_path: Path, sim: Announced, kind: str) -> None:
-    with private_redis(tmp_path) as server, running_gateway(tmp_path, config(server, sim, "fail_closed")) as gw:
+    with private_redis(tmp_path) as server, gateway_process(tmp_path, config(server, sim, "fail_closed")) as gw:
         known = f"s-{uuid.uuid4().hex[:8]}"
         assert ask(gw, known, stream=True).status_code == 200
         session_ids = [known, *(f"s-{uuid.uuid4().hex[:8]}" for _ in range(REQUESTS_PER_OUTAGE - 1))]
@@ -135,7 +135,7 @@ def test_an_appending_request_needs_the_stored_history_and_is_refused_during_an_
 ) -> None:
     """X-Session-Append answers from the stored transcript: without it the answer would be to a
     conversation the client never had, so it is a 503 under either setting."""
-    with private_redis(tmp_path) as server, running_gateway(tmp_path, config(server, sim, "serve_unresumable")) as gw:
+    with private_redis(tmp_path) as server, gateway_process(tmp_path, config(server, sim, "serve_unresumable")) as gw:
         session_id = f"s-{uuid.uuid4().hex[:8]}"
         assert ask(gw, session_id, stream=False).status_code == 200
         outage = Outage(server, "sigkill")

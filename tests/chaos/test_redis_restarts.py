@@ -23,7 +23,7 @@ from common.processes import Announced
 from gateway.auth.stage import new_secret
 from gateway.store import keys
 from tests.chaos.redis_chaos import PrivateRedis, Tally, audited, private_redis, steady_load, wait_ready
-from tests.procs import deployment, gateway_config, running_gateway
+from tests.procs import deployment, gateway_config, gateway_process
 
 pytestmark = pytest.mark.chaos
 
@@ -48,7 +48,7 @@ async def test_redis_killed_and_restarted_under_load_loses_nothing(tmp_path: Pat
     with private_redis(tmp_path) as server, ExitStack() as stack:
         admin_key = new_secret()
         replicas = [
-            stack.enter_context(running_gateway(tmp_path, config(sim_pair[0], server), admin_key=admin_key))
+            stack.enter_context(gateway_process(tmp_path, config(sim_pair[0], server), admin_key=admin_key))
             for _ in range(2)
         ]
         key_id, secret = replicas[0].create_key(rpm=1_000_000, max_concurrency=1000)

@@ -15,7 +15,7 @@ import pytest
 
 from common.processes import Announced
 from tests.chaos.redis_chaos import Tally, private_redis, steady_load, wait_ready
-from tests.procs import deployment, gateway_config, running_gateway
+from tests.procs import deployment, gateway_config, gateway_process
 
 pytestmark = pytest.mark.chaos
 
@@ -29,7 +29,7 @@ async def test_a_wiped_redis_makes_replicas_not_ready_and_audit_verify_report_th
             # Killed, not stalled: refusals are immediate; the timeout only has to outlast a slow fsync.
             store={"kind": "redis", "url": server.url, "key_prefix": "chaos", "socket_timeout_s": 2},
         )
-        with running_gateway(tmp_path, config) as gateway:
+        with gateway_process(tmp_path, config) as gateway:
             await wait_ready(gateway, within_s=20)
             tally = Tally()
             await steady_load([gateway], asyncio.Event(), tally, concurrency=2, max_requests=10)

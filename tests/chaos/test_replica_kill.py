@@ -15,7 +15,15 @@ import pytest
 
 from common.processes import Announced
 from tests.chaos.replicas import Replicas, parse, replicas_on_redis, resume, text_of, usage_of
-from tests.procs import Gateway, deployment, gateway_config, running_gateway, served_count, start_redis, start_sim
+from tests.procs import (
+    GatewayProcess,
+    deployment,
+    gateway_config,
+    gateway_process,
+    served_count,
+    start_redis,
+    start_sim,
+)
 
 pytestmark = pytest.mark.chaos
 
@@ -44,7 +52,9 @@ def expected(sim: Announced) -> tuple[str, dict[str, Any]]:
     return str(reply["choices"][0]["message"]["content"]), reply["usage"]
 
 
-def read_then_drop(gateway: Gateway, session_id: str, request_id: str, keep: int) -> list[tuple[int | None, Any]]:
+def read_then_drop(
+    gateway: GatewayProcess, session_id: str, request_id: str, keep: int
+) -> list[tuple[int | None, Any]]:
     """Read `keep` events of a new stream, then drop the connection (the replica goes on)."""
     lines: list[str] = []
     headers = {**gateway.headers(), "X-Session-Id": session_id, "X-Request-Id": request_id}
@@ -113,7 +123,7 @@ def test_a_new_answer_for_a_session_streaming_on_another_replica_is_409(tmp_path
         assert after.status_code == 200, after.text
 
 
-def kill_after(group: Replicas, gateway: Gateway, session_id: str, request_id: str, keep: int) -> list[Any]:
+def kill_after(group: Replicas, gateway: GatewayProcess, session_id: str, request_id: str, keep: int) -> list[Any]:
     """Read `keep` events of a new stream, then SIGKILL the replica that serves it."""
     lines: list[str] = []
     headers = {**gateway.headers(), "X-Session-Id": session_id, "X-Request-Id": request_id}
@@ -179,7 +189,7 @@ def test_a_stream_still_starts_while_the_store_is_down(tmp_path: Path, sim: Anno
     try:
         store = {"kind": "redis", "url": server.url, "socket_timeout_s": 0.2, "connect_timeout_s": 0.2}
         config = gateway_config(deployment("a", sim), store=store, quota={"on_store_error": "fail_open"})
-        with running_gateway(tmp_path, config) as gateway:
+        with gateway_process(tmp_path, config) as gateway:
             warm = httpx.post(f"{gateway.url}/v1/chat/completions", json=BODY, headers=gateway.headers(), timeout=30)
             assert warm.status_code == 200  # the key is now in the replica's cache
             server.kill()

@@ -20,7 +20,14 @@ import yaml
 
 from common.processes import Announced
 from tests.e2e.test_sessions import BODY, expected_text, read_then_drop, resume, text_of
-from tests.procs import Gateway, delete_redis_prefix, deployment, gateway_config, redis_store_config, running_gateway
+from tests.procs import (
+    GatewayProcess,
+    delete_redis_prefix,
+    deployment,
+    gateway_config,
+    gateway_process,
+    redis_store_config,
+)
 
 
 def workers_of(supervisor: int) -> set[int]:
@@ -56,11 +63,11 @@ def slow_sim() -> Iterator[Announced]:
 
 
 @pytest.fixture(scope="module")
-def two_workers(slow_sim: Announced, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+def two_workers(slow_sim: Announced, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
     prefix = f"agw-test-{uuid.uuid4().hex[:12]}"
     config = gateway_config(deployment("a", slow_sim), store=redis_store_config(prefix))
     try:
-        with running_gateway(tmp_path_factory.mktemp("workers"), config, args=("--workers", "2")) as gateway:
+        with gateway_process(tmp_path_factory.mktemp("workers"), config, args=("--workers", "2")) as gateway:
             assert len(workers_of(gateway.process.process.pid)) == 2
             yield gateway
     finally:
@@ -81,7 +88,7 @@ def test_the_embedded_store_refuses_several_workers(tmp_path: Path) -> None:
     assert "--workers 2 needs the redis store" in done.stderr
 
 
-def test_a_quota_is_exact_across_workers(two_workers: Gateway) -> None:
+def test_a_quota_is_exact_across_workers(two_workers: GatewayProcess) -> None:
     limit = 12
     _, key = two_workers.create_key(rpm=limit)
     body = {**BODY, "stream": False, "max_tokens": 2}
@@ -99,7 +106,7 @@ def test_a_quota_is_exact_across_workers(two_workers: Gateway) -> None:
     assert statuses.count(200) == limit
 
 
-def test_sessions_resume_on_any_worker(two_workers: Gateway, slow_sim: Announced) -> None:
+def test_sessions_resume_on_any_worker(two_workers: GatewayProcess, slow_sim: Announced) -> None:
     # Each resume is a new connection, so it may reach the other worker, which follows the first's
     # checkpoints; either way the client gets every event once.
     for keep in (2, 5, 9, 14):
@@ -120,7 +127,7 @@ def test_a_dead_worker_is_replaced_and_none_outlives_the_supervisor(slow_sim: An
     prefix = f"agw-test-{uuid.uuid4().hex[:12]}"
     config = gateway_config(deployment("a", slow_sim), store=redis_store_config(prefix))
     try:
-        with running_gateway(tmp_path, config, args=("--workers", "2")) as gateway:
+        with gateway_process(tmp_path, config, args=("--workers", "2")) as gateway:
             supervisor = gateway.process.process.pid
             before = workers_of(supervisor)
             victim = min(before)

@@ -22,7 +22,7 @@ from gateway.auth.stage import new_secret
 from tests.chaos.redis_chaos import Tally, steady_load, wait_ready
 from tests.cluster.redis_cluster import running_cluster
 from tests.cluster.test_gateway_on_cluster import audit_verify, chain_of, cluster_store
-from tests.procs import deployment, gateway_config, running_gateway
+from tests.procs import deployment, gateway_config, gateway_process
 
 pytestmark = pytest.mark.chaos
 
@@ -42,7 +42,7 @@ async def test_a_master_killed_under_load_is_replaced_and_nothing_acknowledged_i
             routing={"retry": {"max_attempts": 1}},
         )
         admin_key = new_secret()
-        replicas = [stack.enter_context(running_gateway(tmp_path, config, admin_key=admin_key)) for _ in range(2)]
+        replicas = [stack.enter_context(gateway_process(tmp_path, config, admin_key=admin_key)) for _ in range(2)]
         _, secret = replicas[0].create_key(rpm=1_000_000, max_concurrency=1000)
         for gateway in replicas:
             gateway.key = secret

@@ -1,4 +1,4 @@
-"""Gateway replicas on a real Redis Cluster (issue 12, scale-out): quotas exact across two
+"""GatewayProcess replicas on a real Redis Cluster (issue 12, scale-out): quotas exact across two
 replicas, the audit chain whole and verifiable, a SIGKILLed replica's stream taken over."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from gateway.auth.stage import new_secret
 from gateway.settings import RedisStoreSettings
 from gateway.store.redis_store import RedisStore
 from tests.cluster.redis_cluster import RedisCluster
-from tests.procs import Gateway, deployment, gateway_config, running_gateway, start_sim
+from tests.procs import GatewayProcess, deployment, gateway_config, gateway_process, start_sim
 
 BODY: dict[str, Any] = {"model": "sim-model", "messages": [{"role": "user", "content": "count me"}], "max_tokens": 4}
 
@@ -42,7 +42,7 @@ async def chain_of(cluster: RedisCluster, prefix: str) -> list[dict[str, Any]]:
         await store.aclose()
 
 
-def audit_verify(gateway: Gateway) -> subprocess.CompletedProcess[str]:
+def audit_verify(gateway: GatewayProcess) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "gateway", "audit", "verify", "--config", str(gateway.config_path)]
     return subprocess.run(command, capture_output=True, text=True, timeout=60)
 
@@ -59,7 +59,7 @@ async def test_two_replicas_on_a_cluster_admit_exactly_the_limit_and_audit_every
     )
     admin_key = new_secret()
     with ExitStack() as stack:
-        replicas = [stack.enter_context(running_gateway(tmp_path, config, admin_key=admin_key)) for _ in range(2)]
+        replicas = [stack.enter_context(gateway_process(tmp_path, config, admin_key=admin_key)) for _ in range(2)]
         _, secret = replicas[0].create_key(rpm=30)
         async with httpx.AsyncClient(timeout=30) as client:
 
@@ -99,8 +99,8 @@ def test_a_replica_killed_mid_stream_is_taken_over_on_a_cluster(
     expected = httpx.post(f"{slow_sim.url}/v1/chat/completions", json=body, timeout=10).json()
     admin_key = new_secret()
     with ExitStack() as stack:
-        first = stack.enter_context(running_gateway(tmp_path, config, admin_key=admin_key))
-        second = stack.enter_context(running_gateway(tmp_path, config, admin_key=admin_key))
+        first = stack.enter_context(gateway_process(tmp_path, config, admin_key=admin_key))
+        second = stack.enter_context(gateway_process(tmp_path, config, admin_key=admin_key))
         second.key = first.key
         session_id = f"s-{uuid.uuid4().hex[:8]}"
         lines: list[str] = []

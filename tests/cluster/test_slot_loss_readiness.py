@@ -17,14 +17,14 @@ import pytest
 from common.processes import Announced
 from tests.cluster.redis_cluster import running_cluster
 from tests.cluster.test_gateway_on_cluster import cluster_store
-from tests.procs import Gateway, deployment, gateway_config, running_gateway
+from tests.procs import GatewayProcess, deployment, gateway_config, gateway_process
 
 pytestmark = pytest.mark.chaos
 
 BODY: dict[str, Any] = {"model": "sim-model", "messages": [{"role": "user", "content": "which slot?"}], "max_tokens": 2}
 
 
-def ask_in_a_new_session(client: httpx.Client, gateway: Gateway) -> httpx.Response:
+def ask_in_a_new_session(client: httpx.Client, gateway: GatewayProcess) -> httpx.Response:
     """A request naming a session of its own: its keys land in a slot of their own."""
     headers = {**gateway.headers(), "X-Session-Id": f"s-{uuid.uuid4().hex}"}
     return client.post(f"{gateway.url}/v1/chat/completions", json=BODY, headers=headers)
@@ -41,7 +41,7 @@ def test_a_lost_slot_range_makes_the_replica_not_ready_though_its_probe_is_serve
         entry = probed  # the client discovers the others from a node that stays
         store = {**cluster_store(cluster, prefix), "url": f"redis://127.0.0.1:{entry.port}/0", "socket_timeout_s": 0.5}
         config = gateway_config(deployment("a", sim_pair[0]), store=store, quota={"on_store_error": "fail_open"})
-        with running_gateway(tmp_path, config) as gateway, httpx.Client(timeout=20) as client:
+        with gateway_process(tmp_path, config) as gateway, httpx.Client(timeout=20) as client:
             assert client.get(f"{gateway.url}/readyz").status_code == 200
             replica = cluster.replica_of(victim)
             victim.kill()

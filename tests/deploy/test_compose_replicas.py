@@ -25,7 +25,7 @@ from common.processes import Announced
 from common.sse_reader import read_events
 from gateway.auth.stage import new_secret
 from tests.deploy.files import COMPOSE_GATEWAY_CONFIG, compose_services
-from tests.procs import Gateway, delete_redis_prefix, running_gateway, shared_redis_url, start_sim
+from tests.procs import GatewayProcess, delete_redis_prefix, gateway_process, shared_redis_url, start_sim
 
 BODY: dict[str, Any] = {"model": "sim-model", "messages": [{"role": "user", "content": "shared?"}], "max_tokens": 4}
 STREAM: dict[str, Any] = {**BODY, "max_tokens": 12, "stream": True}
@@ -112,8 +112,8 @@ def compose_config_on_loopback(sims: dict[str, Announced], collector: CollectorS
 
 @dataclass
 class Stack:
-    first: Gateway
-    second: Gateway
+    first: GatewayProcess
+    second: GatewayProcess
     collector: CollectorStandIn
 
 
@@ -132,8 +132,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                 sims[name] = start_sim()
                 processes.callback(sims[name].stop)
             config = compose_config_on_loopback(sims, collector, prefix)
-            first = processes.enter_context(running_gateway(tmp_path, config, env=env, admin_key=admin_key))
-            second = processes.enter_context(running_gateway(tmp_path, config, env=env, admin_key=admin_key))
+            first = processes.enter_context(gateway_process(tmp_path, config, env=env, admin_key=admin_key))
+            second = processes.enter_context(gateway_process(tmp_path, config, env=env, admin_key=admin_key))
             yield Stack(first, second, collector)
     finally:
         collector.server.shutdown()
@@ -141,7 +141,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         delete_redis_prefix(prefix)
 
 
-def chat(gateway: Gateway, key: str) -> httpx.Response:
+def chat(gateway: GatewayProcess, key: str) -> httpx.Response:
     return httpx.post(f"{gateway.url}/v1/chat/completions", json=BODY, headers=gateway.headers(key), timeout=10)
 
 

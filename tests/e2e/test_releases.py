@@ -34,6 +34,7 @@ from tests.procs import (
     delete_redis_prefix,
     deployment,
     gateway_config,
+    gateway_process,
     policy_file,
     redis_store_config,
     running_gateway,
@@ -552,7 +553,7 @@ def test_a_failing_canary_is_rolled_back_automatically(sims: list[Announced], tm
 
     config = gateway_config(deployment("old", sims[0]), deployment("new", sims[1], priority=1))
     log_path = tmp_path / "gateway.log"
-    with log_path.open("w") as log, running_gateway(tmp_path, config, stderr=log) as gateway:
+    with log_path.open("w") as log, gateway_process(tmp_path, config, stderr=log) as gateway:
         base = f"{gateway.url}/admin/models/{MODEL}"
         headers = gateway.headers(gateway.admin_key)
         for version, name in (("v1", "old"), ("v2", "new")):

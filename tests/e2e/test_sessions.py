@@ -19,9 +19,11 @@ from common.processes import Announced
 from gateway.auth.stage import new_secret
 from tests.procs import (
     Gateway,
+    GatewayProcess,
     delete_redis_prefix,
     deployment,
     gateway_config,
+    gateway_process,
     redis_store_config,
     running_gateway,
     start_sim,
@@ -219,7 +221,7 @@ def test_replica_sigkilled_mid_stream_resumes_on_another_replica(tmp_path: Path,
     admin_key = new_secret()
     try:
         with ExitStack() as stack:
-            first = stack.enter_context(running_gateway(tmp_path, config, admin_key=admin_key))
+            first = stack.enter_context(gateway_process(tmp_path, config, admin_key=admin_key))
             second = stack.enter_context(running_gateway(tmp_path, config, admin_key=admin_key))
             second.key = first.key
             for keep in (3, 12):
@@ -228,13 +230,13 @@ def test_replica_sigkilled_mid_stream_resumes_on_another_replica(tmp_path: Path,
                 rest = resume(second, session_id, seen[-1][0])
                 assert [s for s, _ in seen + rest] == list(range(1, len(seen) + len(rest) + 1))
                 assert text_of(seen + rest) == expected_text(slow_sim)
-                first = stack.enter_context(running_gateway(tmp_path, config, admin_key=admin_key))
+                first = stack.enter_context(gateway_process(tmp_path, config, admin_key=admin_key))
                 first.key = second.key
     finally:
         delete_redis_prefix(prefix)
 
 
-def read_then_drop_killing(gateway: Gateway, session_id: str, keep: int) -> list[tuple[int, Any]]:
+def read_then_drop_killing(gateway: GatewayProcess, session_id: str, keep: int) -> list[tuple[int, Any]]:
     lines: list[str] = []
     headers = {**gateway.headers(), "X-Session-Id": session_id}
     with httpx.stream("POST", f"{gateway.url}/v1/chat/completions", json=BODY, headers=headers, timeout=20) as reply:

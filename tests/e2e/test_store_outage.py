@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from common.processes import Announced
-from tests.procs import Gateway, RedisServer, deployment, gateway_config, running_gateway, start_redis
+from tests.procs import GatewayProcess, RedisServer, deployment, gateway_config, gateway_process, start_redis
 
 BODY = {"model": "sim-model", "messages": [{"role": "user", "content": "still there?"}], "max_tokens": 3}
 
@@ -25,7 +25,7 @@ def redis_server() -> Iterator[RedisServer]:
         server.kill()
 
 
-async def load(gateway: Gateway, count: int) -> Counter[int]:
+async def load(gateway: GatewayProcess, count: int) -> Counter[int]:
     async with httpx.AsyncClient(timeout=5) as client:
 
         async def one() -> int:
@@ -46,7 +46,7 @@ def config(sim: Announced, redis_server: RedisServer, mode: str) -> dict[str, ob
 async def test_fail_open_keeps_serving_known_keys_when_redis_dies(
     tmp_path: Path, sim_pair: list[Announced], redis_server: RedisServer
 ) -> None:
-    with running_gateway(tmp_path, config(sim_pair[0], redis_server, "fail_open")) as gateway:
+    with gateway_process(tmp_path, config(sim_pair[0], redis_server, "fail_open")) as gateway:
         assert (await load(gateway, 10))[200] == 10  # the key is now in the replica's cache
         redis_server.kill()
         statuses = await load(gateway, 40)  # every one answers within the client timeout
@@ -62,7 +62,7 @@ async def test_fail_open_keeps_serving_known_keys_when_redis_dies(
 async def test_fail_closed_refuses_with_503_when_redis_dies(
     tmp_path: Path, sim_pair: list[Announced], redis_server: RedisServer
 ) -> None:
-    with running_gateway(tmp_path, config(sim_pair[0], redis_server, "fail_closed")) as gateway:
+    with gateway_process(tmp_path, config(sim_pair[0], redis_server, "fail_closed")) as gateway:
         gateway.create_key(rpm=1000)  # a key with limits: admission needs the store
         _, limited = gateway.create_key(rpm=1000)
         gateway.key = limited

@@ -178,8 +178,7 @@ def _bytes_read(pid: int) -> int:
 
 
 async def test_a_stdio_server_killed_mid_call_gives_a_clear_error_and_is_restarted(gateway: Gateway) -> None:
-    process: subprocess.Popen[str] = gateway.process.process
-    victim = _stdio_server_pid(process.pid)
+    victim = _stdio_server_pid(os.getpid())  # the gateway runs in this process
     async with mcp_session(gateway) as session:
         read_before = _bytes_read(victim)
         call = asyncio.ensure_future(session.call_tool("local__slow_echo", {"text": "hi", "seconds": 20}))
@@ -196,7 +195,7 @@ async def test_a_stdio_server_killed_mid_call_gives_a_clear_error_and_is_restart
         after = await session.call_tool("local__read_file", {"path": "/srv/b"})
     assert not after.is_error
     assert text_of(after) == "contents of /srv/b"
-    assert _stdio_server_pid(process.pid) != victim
+    assert _stdio_server_pid(os.getpid()) != victim
     statuses = [r["status"] for r in audit_where(gateway, lambda r: r["server"] == "local", count=2)]
     assert "upstream_unavailable" in statuses
 

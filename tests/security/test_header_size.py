@@ -21,7 +21,7 @@ import orjson
 import pytest
 
 from common.processes import Announced
-from tests.procs import Gateway, deployment, gateway_config, running_gateway
+from tests.procs import GatewayProcess, deployment, gateway_config, gateway_process
 from tests.security.helpers import CHAT
 
 DEFAULT_LIMIT = 32 * 1024  # the documented default of server.max_header_bytes
@@ -31,13 +31,13 @@ DEADLINE_S = 20.0
 
 
 @pytest.fixture(scope="module")
-def gateway(sim_pair: list[Announced], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+def gateway(sim_pair: list[Announced], tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
     path: Path = tmp_path_factory.mktemp("header-size")
-    with running_gateway(path, gateway_config(deployment("a", sim_pair[0]))) as running:
+    with gateway_process(path, gateway_config(deployment("a", sim_pair[0]))) as running:
         yield running
 
 
-def _proc(gateway: Gateway, name: str) -> int:
+def _proc(gateway: GatewayProcess, name: str) -> int:
     """A counter of the gateway process: `rchar` from /proc/<pid>/io (bytes it read, any file),
     or a /proc/<pid>/status field in KiB (VmRSS)."""
     pid = gateway.process.process.pid
@@ -50,7 +50,7 @@ def _proc(gateway: Gateway, name: str) -> int:
     raise AssertionError(f"no {name} in /proc/{pid}/status")
 
 
-def _connect(gateway: Gateway) -> socket.socket:
+def _connect(gateway: GatewayProcess) -> socket.socket:
     url = urlsplit(gateway.url)
     return socket.create_connection((url.hostname, url.port), timeout=DEADLINE_S)
 
@@ -81,7 +81,7 @@ def send_huge_header(sock: socket.socket, size: int = HUGE, prefix: bytes = b"")
     return _answer(sock)
 
 
-def test_an_8_mib_header_is_refused_after_reading_about_the_cap(gateway: Gateway) -> None:
+def test_an_8_mib_header_is_refused_after_reading_about_the_cap(gateway: GatewayProcess) -> None:
     read_before, rss_before = _proc(gateway, "rchar"), _proc(gateway, "VmRSS")
     answers = []
     for _ in range(4):
@@ -100,7 +100,7 @@ def test_an_8_mib_header_is_refused_after_reading_about_the_cap(gateway: Gateway
     assert read < 4 * 1024 * 1024, f"the gateway read {read} bytes of four requests"
 
 
-def test_a_head_within_the_cap_is_served(gateway: Gateway) -> None:
+def test_a_head_within_the_cap_is_served(gateway: GatewayProcess) -> None:
     big_but_fine = "b" * (DEFAULT_LIMIT - 2048)
     with contextlib.closing(_connect(gateway)) as sock:
         body = orjson.dumps(CHAT)
@@ -114,7 +114,7 @@ def test_a_head_within_the_cap_is_served(gateway: Gateway) -> None:
     assert answer.startswith(b"HTTP/1.1 200 "), answer[:300]
 
 
-def test_the_next_request_on_a_kept_alive_connection_is_capped_too(gateway: Gateway) -> None:
+def test_the_next_request_on_a_kept_alive_connection_is_capped_too(gateway: GatewayProcess) -> None:
     body = orjson.dumps(CHAT)
     first = (
         b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
@@ -136,7 +136,7 @@ def test_the_next_request_on_a_kept_alive_connection_is_capped_too(gateway: Gate
 
 def test_the_cap_is_a_setting(sim_pair: list[Announced], tmp_path: Path) -> None:
     config = gateway_config(deployment("a", sim_pair[0]), server={"max_header_bytes": 4096})
-    with running_gateway(tmp_path, config) as small, contextlib.closing(_connect(small)) as sock:
+    with gateway_process(tmp_path, config) as small, contextlib.closing(_connect(small)) as sock:
         sock.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: " + b"c" * 5000 + b"\r\n\r\n")
         answer = _answer(sock)
     assert answer.startswith(b"HTTP/1.1 431 "), answer[:200]

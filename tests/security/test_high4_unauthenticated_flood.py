@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from common.processes import Announced
-from tests.procs import Gateway, deployment, gateway_config, running_gateway
+from tests.procs import Gateway, GatewayProcess, deployment, gateway_config, gateway_process
 from tests.security.helpers import CHAT, admin_get, audit_count, chat
 
 FLOOD = 60
@@ -38,14 +38,14 @@ def _sync_audit(gateway: Gateway) -> str:
 
 
 @pytest.fixture
-def hourly(sim_pair: list[Announced], tmp_path: Path) -> Iterator[Gateway]:
+def hourly(sim_pair: list[Announced], tmp_path: Path) -> Iterator[GatewayProcess]:
     """A gateway that writes its refusal counts once an hour (and when it stops)."""
     config = gateway_config(deployment("a", sim_pair[0]), audit={"refusal_interval_s": 3600})
-    with running_gateway(tmp_path, config) as running:
+    with gateway_process(tmp_path, config) as running:
         yield running
 
 
-def test_high4_unauthenticated_flood_adds_a_bounded_number_of_records(hourly: Gateway) -> None:
+def test_high4_unauthenticated_flood_adds_a_bounded_number_of_records(hourly: GatewayProcess) -> None:
     _sync_audit(hourly)
     before = audit_count(hourly)
     for i in range(FLOOD):

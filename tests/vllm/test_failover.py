@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from gateway.store.keys import scope_keys
-from tests.procs import delete_redis_prefix, redis_store_config, running_gateway, shared_redis_url
+from tests.procs import delete_redis_prefix, gateway_process, redis_store_config, shared_redis_url
 from tests.vllm.client import (
     chat_body,
     direct_answer,
@@ -95,7 +95,7 @@ def test_sigkill_mid_stream_continues_exactly(
     prefix = f"agw-vllm-{uuid.uuid4().hex[:8]}"
     config = vllm_gateway_config(*deployments, store=redis_store_config(prefix))
     try:
-        with running_gateway(tmp_path, config) as gateway:
+        with gateway_process(tmp_path, config) as gateway:
             key_id, key = gateway.create_key(daily_tokens=10_000_000)  # a limit: the quota counts its tokens
             result = stream_through(gateway, chat_body(max_tokens=MAX_TOKENS), key=key)
             audit = request_audit(gateway)

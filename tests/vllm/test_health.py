@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.procs import Gateway, running_gateway
+from tests.procs import GatewayProcess, gateway_process
 from tests.vllm.client import chat_body, direct_answer, stream_through, vllm_deployment, vllm_gateway_config
 from tests.vllm.conftest import Pool
 from tests.vllm.servers import VllmServer
@@ -26,7 +26,7 @@ PROBES = {"interval_s": 0.5, "timeout_s": 1.0, "unhealthy_after": 2}
 STALL_S = 3  # a stream silent this long is dead: the SIGSTOPped engine's stream fails over
 
 
-def availability(gateway: Gateway) -> dict[str, str]:
+def availability(gateway: GatewayProcess) -> dict[str, str]:
     body = httpx.get(f"{gateway.url}/readyz", timeout=10).json()
     return dict(body["models"]["tiny"]["deployments"])
 
@@ -53,7 +53,7 @@ def test_sigstopped_engine_fails_over_mid_stream_is_probed_unhealthy_and_comes_b
         routing={"health": PROBES},
     )
     try:
-        with running_gateway(tmp_path, config) as gateway:
+        with gateway_process(tmp_path, config) as gateway:
             wait_for(lambda: availability(gateway) == {"a": "ready", "b": "ready"}, "both ready")
 
             # Stopped mid-stream: the stall deadline ends the silent attempt and b continues it.
@@ -121,7 +121,7 @@ def test_a_throttled_engine_is_detected_as_slow_and_loses_its_traffic(
         vllm_deployment("b", b),
         routing={"strategy": "weighted", "slow": slow},
     )
-    with running_gateway(tmp_path, config) as gateway, Throttle(a):
+    with gateway_process(tmp_path, config) as gateway, Throttle(a):
         sent = 0
         while sent < 60 and availability(gateway)["a"] != "degraded":  # weighted: both get measured
             assert stream_through(gateway, chat_body("Say hello.", max_tokens=40)).text == "Hello from the tiny model."

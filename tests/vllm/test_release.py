@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.procs import Gateway, running_gateway
+from tests.procs import GatewayProcess, gateway_process
 from tests.vllm.client import MODEL, admin, vllm_deployment, vllm_gateway_config
 from tests.vllm.conftest import Checkpoints, Pool
 
@@ -23,7 +23,7 @@ QUESTION = "Which checkpoint are you?"
 ANSWERS = {"v1": "I am checkpoint one, the first release.", "v2": "I am checkpoint TWO; release 2 speaking!"}
 
 
-def ask(gateway: Gateway) -> str:
+def ask(gateway: GatewayProcess) -> str:
     body = {"model": MODEL, "messages": [{"role": "user", "content": QUESTION}], "max_tokens": 60, "temperature": 0}
     reply = httpx.post(f"{gateway.url}/v1/chat/completions", json=body, headers=gateway.headers(), timeout=120)
     assert reply.status_code == 200, reply.text
@@ -44,7 +44,7 @@ def test_promote_refuse_mismatch_and_roll_back_on_real_weights(
         vllm_deployment("c", v2, priority=1),
         releases={"checkpoint_registry": str(checkpoints.registry.root), "watch_interval_s": 0.1},
     )
-    with running_gateway(tmp_path, config) as gateway:
+    with gateway_process(tmp_path, config) as gateway:
         specs = [
             {"version": "1", "deployments": ["b"], "checkpoint": checkpoints.versions["v1"]},
             {"version": "2", "deployments": ["c"], "checkpoint": checkpoints.versions["v2"]},

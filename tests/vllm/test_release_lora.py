@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from checkpoints.training import save_checkpoint
-from tests.procs import Gateway, running_gateway
+from tests.procs import GatewayProcess, gateway_process
 from tests.vllm.client import MODEL, admin, vllm_deployment, vllm_gateway_config
 from tests.vllm.conftest import Checkpoints, Pool
 from tests.vllm.lora import write_adapter
@@ -34,7 +34,7 @@ def chat(url: str, model: str, headers: dict[str, str] | None = None) -> str:
     return str(reply.json()["choices"][0]["message"]["content"])
 
 
-def ask(gateway: Gateway) -> str:
+def ask(gateway: GatewayProcess) -> str:
     return chat(gateway.url, MODEL, gateway.headers())
 
 
@@ -80,7 +80,7 @@ def test_a_rollback_loads_the_old_adapter_on_one_lora_engine_and_answers_from_it
         releases={"checkpoint_registry": str(checkpoints.registry.root), "watch_interval_s": 0.1},
     )
     load(engine, ADAPTER, adapters["v1"][0])  # the operator deploys v1's adapter
-    with running_gateway(tmp_path, config) as gateway:
+    with gateway_process(tmp_path, config) as gateway:
         for version, (_, checkpoint) in adapters.items():
             created = admin(gateway, "releases", {"version": version, "deployments": ["ft"], "checkpoint": checkpoint})
             assert created.status_code == 201, created.text

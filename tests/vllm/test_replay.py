@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.procs import running_gateway
+from tests.procs import gateway_process
 from tests.vllm.client import MODEL, vllm_deployment, vllm_gateway_config
 from tests.vllm.conftest import Pool
 from tests.vllm.servers import VllmServer
@@ -90,7 +90,7 @@ def test_replay_means_contain_vllms_own_and_the_differences_are_recorded(
     samples.write_text("".join(json.dumps(b) + "\n" for b in bodies))
     config = vllm_gateway_config(vllm_deployment("b", server))
     report: dict[str, Any] = {}
-    with running_gateway(tmp_path, config) as gateway:
+    with gateway_process(tmp_path, config) as gateway:
         for label, base_url, key in (("direct", f"{server.url}/v1", ""), ("gateway", f"{gateway.url}/v1", gateway.key)):
             before = histograms(server)
             document = replay(samples, base_url, tmp_path / f"{label}.json", key)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.test_tool_policy import approve_when_pending, tool
-from tests.procs import Gateway, policy_file, running_gateway
+from tests.procs import GatewayProcess, gateway_process, policy_file
 from tests.vllm.client import chat_body, stream_through, vllm_deployment, vllm_gateway_config
 from tests.vllm.conftest import Pool
 from tests.vllm.tap import Tap
@@ -57,7 +57,7 @@ def calls(events: list[Any]) -> list[dict[str, Any]]:
 
 
 @pytest.fixture
-def gateway(pool: Pool, tmp_path: Path) -> Iterator[tuple[Gateway, Tap]]:
+def gateway(pool: Pool, tmp_path: Path) -> Iterator[tuple[GatewayProcess, Tap]]:
     """Engine a behind a tap (so a test can kill it inside a call), b as the fallback."""
     a, b = pool.ready("a", "b")
     tap = Tap(a.port)
@@ -67,13 +67,13 @@ def gateway(pool: Pool, tmp_path: Path) -> Iterator[tuple[Gateway, Tap]]:
         tools={"policy_file": policy_file(tmp_path, POLICY)},
     )
     try:
-        with running_gateway(tmp_path, config) as running:
+        with gateway_process(tmp_path, config) as running:
             yield running, tap
     finally:
         tap.close()
 
 
-def test_whitelisted_call_passes_and_a_call_to_an_unlisted_tool_is_blocked(gateway: tuple[Gateway, Tap]) -> None:
+def test_whitelisted_call_passes_and_a_call_to_an_unlisted_tool_is_blocked(gateway: tuple[GatewayProcess, Tap]) -> None:
     gw, _ = gateway
     allowed = stream_through(gw, ask("What is the weather in Paris?", "get_weather"))
     assert calls(allowed.events) == [{"name": "get_weather", "arguments": json.dumps({"city": "Paris"})}]
@@ -84,7 +84,7 @@ def test_whitelisted_call_passes_and_a_call_to_an_unlisted_tool_is_blocked(gatew
     assert "The gateway blocked a call to 'delete_file'" in blocked.text
 
 
-def test_high_risk_call_waits_for_approval(gateway: tuple[Gateway, Tap]) -> None:
+def test_high_risk_call_waits_for_approval(gateway: tuple[GatewayProcess, Tap]) -> None:
     gw, _ = gateway
     _, approver = gw.create_key(scopes=["approver"])
     decided: list[Any] = []
@@ -99,7 +99,7 @@ def test_high_risk_call_waits_for_approval(gateway: tuple[Gateway, Tap]) -> None
 
 
 def test_engine_killed_inside_a_call_restarts_the_call_on_the_other(
-    pool: Pool, gateway: tuple[Gateway, Tap], figures: dict[str, Any]
+    pool: Pool, gateway: tuple[GatewayProcess, Tap], figures: dict[str, Any]
 ) -> None:
     gw, tap = gateway
     trigger = tap.arm(1, pool.servers["a"].kill)  # after the call's first delta: half a call
