@@ -23,7 +23,8 @@ def pytest_configure(config: pytest.Config) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1)
 
 
-# The lanes that need real servers, by folder: `-m "not (vllm or chaos or cluster)"` is the rest,
+# The lanes that need real servers, by folder (and tests elsewhere marked `chaos`); `timing` marks
+# the real-clock tests one by one. `-m "not (vllm or chaos or cluster or timing)"` is the rest,
 # the lane the suite's time target of 3 minutes is for (issue 30).
 _LANES = {"vllm": pytest.mark.vllm, "chaos": pytest.mark.chaos, "cluster": pytest.mark.cluster}
 

@@ -152,6 +152,7 @@ async def test_records_that_cannot_be_written_by_shutdown_are_counted_and_logged
     assert '"request_id":"r2"' in caplog.text  # each lost record is in the log, recoverable
 
 
+@pytest.mark.timing
 async def test_a_full_queue_refuses_after_a_bounded_wait_instead_of_hanging(tmp_path: Path) -> None:
     port = free_port()
     store = private_redis_store(port)

@@ -139,6 +139,7 @@ def test_mid_stream_cut_ends_with_an_in_band_error_not_a_silent_200(tmp_path: Pa
     assert events[-1] == "data: [DONE]"
 
 
+@pytest.mark.timing
 def test_slow_deployment_is_detected_as_degraded_and_drained(tmp_path: Path) -> None:
     timing = ["--ttft-ms", "30", "--tpot-ms", "10"]
     slow, fast = start_sim(*timing, "--slow", "1.5"), start_sim(*timing)

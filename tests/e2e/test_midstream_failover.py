@@ -116,6 +116,7 @@ def stream_killing_at(gateway: Gateway, primary: Announced, kill_after: int) -> 
     return events_of(lines)
 
 
+@pytest.mark.chaos  # kills a backend process 60 times: the chaos lane
 @pytest.mark.parametrize("store", ["embedded", "redis"])
 def test_backend_sigkilled_at_30_positions_never_changes_the_text(
     tmp_path: Path, fallback: Announced, store: str

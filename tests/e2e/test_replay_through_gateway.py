@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 from tests.procs import deployment, gateway_config, running_gateway, start_sim
 
@@ -27,6 +28,7 @@ def replay(samples: Path, base_url: str, key: str, out: Path) -> dict[str, Any]:
     return dict(json.loads(out.read_text()))
 
 
+@pytest.mark.timing
 def test_gateway_adds_little_ttft_over_direct(tmp_path: Path) -> None:
     samples = tmp_path / "samples.jsonl"
     lines = [{"id": f"s{i}", "messages": [{"role": "user", "content": f"question {i}"}]} for i in range(30)]

@@ -25,6 +25,7 @@ def context() -> RequestContext:
     return ctx
 
 
+@pytest.mark.timing
 async def test_a_silent_response_keeps_its_concurrency_slot_past_the_lease_ttl(tmp_path: Path) -> None:
     store = EmbeddedStore(EmbeddedStoreSettings(path=tmp_path))
     admit = Admit(store, QuotaSettings(lease_ttl_s=1.0))

@@ -52,6 +52,7 @@ def compare_with_the_server(document: dict[str, Any], url: str) -> tuple[list[fl
     return ttft, server_ttft, tpot, server_tpot
 
 
+@pytest.mark.timing
 def test_timing_matches_the_server_at_concurrency_1(paced_sim: str, tmp_path: Path) -> None:
     samples = unique_samples(tmp_path / "unique.jsonl", 30)
     server_stamps(paced_sim)
@@ -66,6 +67,7 @@ def test_timing_matches_the_server_at_concurrency_1(paced_sim: str, tmp_path: Pa
     assert statistics.median(tpot) == pytest.approx(statistics.median(server_tpot), rel=TOLERANCE)
 
 
+@pytest.mark.timing
 def test_200_concurrent_streams_never_read_below_the_server(paced_sim: str, tmp_path: Path) -> None:
     samples = unique_samples(tmp_path / "unique.jsonl", 200)
     server_stamps(paced_sim)

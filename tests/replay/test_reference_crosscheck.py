@@ -150,6 +150,7 @@ def crosscheck(url: str, tmp_path: Path, concurrency: int) -> tuple[Client, Clie
     )
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("concurrency", [1, 16])
 def test_no_client_ever_reads_a_ttft_below_the_servers_own(stamping_sim: str, tmp_path: Path, concurrency: int) -> None:
     replayed, reference, document = crosscheck(stamping_sim, tmp_path, concurrency)

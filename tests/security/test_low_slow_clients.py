@@ -58,12 +58,14 @@ def _closed_by_server(sock: socket.socket) -> bytes:
         received += part
 
 
+@pytest.mark.timing
 def test_low_a_request_head_that_never_ends_is_cut(strict: Gateway) -> None:
     with contextlib.closing(_connect(strict)) as sock:
         sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Slow: ")
         _closed_by_server(sock)  # was: held open forever
 
 
+@pytest.mark.timing
 def test_low_an_idle_connection_is_cut(strict: Gateway) -> None:
     with contextlib.closing(_connect(strict)) as sock:
         _closed_by_server(sock)

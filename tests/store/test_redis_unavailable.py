@@ -132,6 +132,7 @@ async def test_a_port_where_nothing_listens_fails_fast() -> None:
     await store.aclose()
 
 
+@pytest.mark.timing
 async def test_a_server_that_never_answers_fails_within_the_timeouts(silent_server: int) -> None:
     store = open_store(silent_server)
     await assert_every_call_fails_fast(store, within_s=0.25 + 0.25 + 0.5)
