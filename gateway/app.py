@@ -13,7 +13,7 @@ import os
 import random
 import secrets
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
@@ -49,6 +49,7 @@ from gateway.releases.active import ActiveReleases
 from gateway.releases.service import ReleaseService
 from gateway.releases.stage import ApplyRelease, CanaryFallback
 from gateway.releases.watchers import CheckpointWatch, ReleaseWatcher
+from gateway.routing.breaker import BreakerState
 from gateway.routing.deployment import Deployment
 from gateway.routing.health import HealthMonitor
 from gateway.routing.router import ModelGroup, Router
@@ -60,7 +61,7 @@ from gateway.store.approval_record import PendingCaps
 from gateway.store.base import Store
 from gateway.store.factory import open_store
 from gateway.store_epoch import StoreEpoch
-from gateway.telemetry.providers import Telemetry
+from gateway.telemetry.providers import Telemetry, breaker_changed
 from gateway.telemetry.stage import TraceRequests
 
 if TYPE_CHECKING:
@@ -69,10 +70,17 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def build_router(settings: Settings, rng: random.Random | None = None) -> Router:
+def build_router(
+    settings: Settings,
+    rng: random.Random | None = None,
+    on_breaker_change: Callable[[str, BreakerState], None] | None = None,
+) -> Router:
     groups = {}
     for model in settings.models:
-        deployments = [Deployment(d, build_backend(d), settings.routing) for d in model.deployments]
+        deployments = [
+            Deployment(d, build_backend(d), settings.routing, on_breaker_change=on_breaker_change)
+            for d in model.deployments
+        ]
         order = STRATEGIES[model.strategy or settings.routing.strategy]
         groups[model.name] = ModelGroup(model.name, deployments, order, settings.routing)
     return Router(groups, settings.routing, rng=rng)
@@ -131,7 +139,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
     """The whole service. Tests pass a `telemetry` with in-memory exporters; the lifespan shuts it down."""
     telemetry = telemetry or Telemetry(settings.telemetry)
     store = open_store(settings.store)
-    router = build_router(settings)
+    router = build_router(settings, on_breaker_change=breaker_changed)
     deployments = [d for group in router.groups.values() for d in group.deployments]
     health = HealthMonitor(deployments, settings.routing.health)
     audit = build_audit_writer(settings, store)
@@ -194,10 +202,19 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
         return compose(request_path(ActAs(actor), [], releases), Call(router))
 
     candidate = CandidateApp(candidate_path, authenticator, tenancy, settings.server)
-    releases = ReleaseService(store, audit, router, health, checkpoint_registry, active_releases, candidate)
-    releases.on_canary_abort = telemetry.record_canary_abort
-    release_watcher = ReleaseWatcher(store, releases, settings.releases.watch_interval_s)
-    release_watcher.on_corrupt = telemetry.record_release_corrupt
+    releases = ReleaseService(
+        store,
+        audit,
+        router,
+        health,
+        checkpoint_registry,
+        active_releases,
+        candidate,
+        on_canary_abort=telemetry.record_canary_abort,
+    )
+    release_watcher = ReleaseWatcher(
+        store, releases, settings.releases.watch_interval_s, on_corrupt=telemetry.record_release_corrupt
+    )
     checkpoint_watch = CheckpointWatch(active_releases, settings.releases.verify_interval_s)
     stages = request_path(Authenticate(authenticator), [quota], releases)
     # Taking over a dead replica's session: the caller is authenticated by the resume request; the
@@ -214,9 +231,12 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
         Call(router),
     )
     replica_id = f"replica-{uuid.uuid4().hex[:12]}"
-    sessions = SessionManager(store, settings.sessions, replica_id, takeover) if settings.sessions.enabled else None
+    sessions = (
+        SessionManager(store, settings.sessions, replica_id, takeover, on_checkpoint=telemetry.record_checkpoint)
+        if settings.sessions.enabled
+        else None
+    )
     if sessions is not None:
-        sessions.on_checkpoint = telemetry.record_checkpoint
         stages.append(ClaimSession(sessions))  # last: the lease exists before the first upstream byte
     pipeline = compose(stages, Call(router))
 

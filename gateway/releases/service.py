@@ -76,6 +76,7 @@ class ReleaseService(PreflightChecks, CanaryOps):
         checkpoints: CheckpointRegistry | None,
         active: ActiveReleases,
         candidate: CandidateTraffic | None = None,
+        on_canary_abort: Callable[[str, str], None] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._store = store
@@ -90,8 +91,8 @@ class ReleaseService(PreflightChecks, CanaryOps):
         self.run_load_hooks = True
         self.canary_monitor = CanaryMonitor()
         self._aborting: set[str] = set()
-        # Set by app.py: counts automatic canary aborts (model, version) in the metrics.
-        self.on_canary_abort: Callable[[str, str], None] | None = None
+        # Counts automatic canary aborts (model, version) in the metrics.
+        self.on_canary_abort = on_canary_abort
         # Eval and smoke traffic through this gateway's own request path. The CLI has none.
         self.candidate = candidate
 

@@ -31,13 +31,19 @@ class ReleaseWatcher:
     problem, counted by `on_corrupt`) while the other models still follow the store, and the loop
     outlives any error of a poll."""
 
-    def __init__(self, store: ReleaseStore, service: ReleaseService, interval_s: float) -> None:
+    def __init__(
+        self,
+        store: ReleaseStore,
+        service: ReleaseService,
+        interval_s: float,
+        on_corrupt: Callable[[str], None] | None = None,
+    ) -> None:
+        """`on_corrupt` hears of each newly found malformed record (by model): the metrics count it."""
         self._store = store
         self._service = service
         self._interval_s = interval_s
         self._corrupt: dict[str, str] = {}  # model -> the problem last logged for it
-        # Set by app.py: counts each newly found malformed record (by model) in the metrics.
-        self.on_corrupt: Callable[[str], None] | None = None
+        self.on_corrupt = on_corrupt
 
     async def run(self) -> None:
         while True:

@@ -30,7 +30,7 @@ class CircuitBreaker:
         self._threshold = failure_threshold
         self._cooldown_s = cooldown_s
         self._clock = clock
-        self.on_change = on_change  # public: telemetry subscribes after the routing state is built
+        self._on_change = on_change
         self._failures = 0
         self._opened_at = 0.0
         self._open = False
@@ -92,5 +92,5 @@ class CircuitBreaker:
             self._notify(BreakerState.OPEN)
 
     def _notify(self, state: BreakerState) -> None:
-        if self.on_change is not None:
-            self.on_change(state)
+        if self._on_change is not None:
+            self._on_change(state)

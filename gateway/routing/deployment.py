@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from enum import StrEnum
@@ -35,11 +36,16 @@ class Deployment:
         backend: Backend,
         routing: RoutingSettings,
         clock: Callable[[], float] = time.monotonic,
+        on_breaker_change: Callable[[str, BreakerState], None] | None = None,
     ) -> None:
+        """`on_breaker_change` hears (deployment name, new state) of each change of its breaker."""
         self.settings = settings
         self.name = settings.name
         self.backend = backend
-        self.breaker = CircuitBreaker(routing.breaker.failure_threshold, routing.breaker.cooldown_s, clock=clock)
+        on_change = functools.partial(on_breaker_change, self.name) if on_breaker_change is not None else None
+        self.breaker = CircuitBreaker(
+            routing.breaker.failure_threshold, routing.breaker.cooldown_s, clock=clock, on_change=on_change
+        )
         self.stats = LatencyStats(
             routing.slow.alpha, clock, routing.slow.baseline_alpha, baseline_warmup=2 * routing.slow.min_samples
         )

@@ -27,14 +27,21 @@ _LOG_EVERY_S = 10.0  # ... and a warning about it at most this often
 
 
 class Checkpointer:
-    def __init__(self, store: SessionStore, settings: SessionSettings, replica_id: str, live: LiveSessions) -> None:
+    def __init__(
+        self,
+        store: SessionStore,
+        settings: SessionSettings,
+        replica_id: str,
+        live: LiveSessions,
+        on_checkpoint: Callable[[float, int], None] | None = None,
+    ) -> None:
         self._store = store
         self._settings = settings
         self._replica_id = replica_id
         self._live = live
         self._task: asyncio.Task[None] | None = None
         # Told (seconds, sessions) after each checkpoint write: telemetry records the latency.
-        self.on_checkpoint: Callable[[float, int], None] | None = None
+        self.on_checkpoint = on_checkpoint
         self.failures = 0  # attempts that found the store unavailable
 
     def start(self) -> None:

@@ -31,11 +31,18 @@ from gateway.store.base import SessionStore
 
 class SessionManager:
     def __init__(
-        self, store: SessionStore, settings: SessionSettings, replica_id: str, continue_stream: Handler
+        self,
+        store: SessionStore,
+        settings: SessionSettings,
+        replica_id: str,
+        continue_stream: Handler,
+        on_checkpoint: Callable[[float, int], None] | None = None,
     ) -> None:
+        """`on_checkpoint` is told (seconds, sessions) after each checkpoint write: telemetry
+        records the latency."""
         self._store = store
         self._live = LiveSessions()
-        self._checkpointer = Checkpointer(store, settings, replica_id, self._live)
+        self._checkpointer = Checkpointer(store, settings, replica_id, self._live, on_checkpoint)
         self._producer = Producer(store, settings, replica_id, self._live)
         self._readers = Readers(store, settings, replica_id, self._live, self._producer, continue_stream)
         self._unresumable = UnresumableMarks(store, settings, self._live)
@@ -98,15 +105,6 @@ class SessionManager:
             raise NotFound(f"session '{session_id}' not found")
 
     # --- checkpoints ----------------------------------------------------------------------------
-    @property
-    def on_checkpoint(self) -> Callable[[float, int], None] | None:
-        """Told (seconds, sessions) after each checkpoint write: telemetry records the latency."""
-        return self._checkpointer.on_checkpoint
-
-    @on_checkpoint.setter
-    def on_checkpoint(self, record: Callable[[float, int], None] | None) -> None:
-        self._checkpointer.on_checkpoint = record
-
     @property
     def checkpoint_failures(self) -> int:
         """Checkpoint attempts that found the store unavailable."""

@@ -16,7 +16,6 @@ continue, also two spans and one context propagation. Nothing is recorded per ch
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, NamedTuple, Protocol
@@ -228,15 +227,12 @@ class Telemetry:
         return str(found.span_attributes["gen_ai.provider.name"]) if found is not None else None
 
     def watch(self, router: Router, quota: QuotaCounters) -> None:
-        """Register the gauges that read routing and quota state when metrics are collected, and
-        hear every circuit breaker change."""
+        """Register the gauges that read routing and quota state when metrics are collected."""
         deployments = [
             (d, self.deployment(g.name, d.settings).metric_attributes)
             for g in router.groups.values()
             for d in g.deployments
         ]
-        for deployment, _ in deployments:
-            deployment.breaker.on_change = functools.partial(_breaker_changed, deployment.name)
 
         def inflight(_: CallbackOptions) -> Iterable[Observation]:
             return [Observation(d.inflight, attributes) for d, attributes in deployments]
@@ -335,7 +331,7 @@ class Telemetry:
         self.meter_provider.shutdown()
 
 
-def _breaker_changed(deployment: str, state: BreakerState) -> None:
+def breaker_changed(deployment: str, state: BreakerState) -> None:
     """A breaker changes inside the router's handling of an attempt's outcome, while the request's
     span is current (see `trace_stage`): the event goes on the request that tripped or closed it."""
     attributes: Attributes = {"gateway.deployment": deployment, "gateway.breaker.state": state.value}

@@ -55,9 +55,8 @@ async def test_a_malformed_release_keeps_its_model_on_the_last_release_while_oth
             assert await store.release_put(release(version, model=model))
         await _promote(store, model, "v1")
     service = _service(store)
-    watcher = ReleaseWatcher(store, service, INTERVAL_S)
     corrupt: list[str] = []
-    watcher.on_corrupt = corrupt.append
+    watcher = ReleaseWatcher(store, service, INTERVAL_S, on_corrupt=corrupt.append)
     records = service.active.records
     await watcher.poll()
     assert {m: r.version for m, r in records.items()} == {"m1": "v1", "m2": "v1"}
