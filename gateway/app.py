@@ -177,29 +177,39 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
         keepalive_s=settings.tools.wait_keepalive_s,
     )
 
-    def request_path(caller: Stage, admission: list[Stage], releases: ReleaseService) -> list[Stage]:
-        """The stages of a request, `caller` saying who calls and `admission` what it is charged."""
+    trace_requests = TraceRequests(telemetry, model_names)
+    retry_discipline = RetryDiscipline(settings.quota.refuse_early_retries)
+    assign_session = AssignSession(settings.sessions)
+    parse_request = ParseRequest(settings.server.max_json_depth, settings.server.parse_in_thread_bytes)
+    append_history = AppendHistory(store, settings.sessions.on_store_error)
+    resolve_model = ResolveModel(tenancy)
+    collect_approval = CollectApproval(approvals)
+
+    def request_path(caller: Stage, admission: list[Stage]) -> list[Stage]:
+        """The stages of a request, `caller` saying who calls and `admission` what it is charged.
+        Every path shares the stage objects (a key told to wait is told so on each)."""
         return [
-            TraceRequests(telemetry, model_names),  # outermost: refusals are traced and counted too
+            trace_requests,  # outermost: refusals are traced and counted too
             audit_requests,  # refusals are recorded too
             caller,
-            RetryDiscipline(settings.quota.refuse_early_retries),  # a 429 anywhere below tells the key to wait
-            AssignSession(settings.sessions),
-            ParseRequest(settings.server.max_json_depth, settings.server.parse_in_thread_bytes),
-            AppendHistory(store, settings.sessions.on_store_error),
-            ResolveModel(tenancy),
-            ApplyRelease(active_releases, releases),
+            retry_discipline,  # a 429 anywhere below tells the key to wait
+            assign_session,
+            parse_request,
+            append_history,
+            resolve_model,
+            apply_release,
             tool_policy,
             *admission,
             Meter(),
-            CollectApproval(approvals),  # X-Approval-Id: answered here, after admission, without a model
+            collect_approval,  # X-Approval-Id: answered here, after admission, without a model
             CanaryFallback(),  # a canary request the candidate fails is served by the active release
         ]
 
     # The preflight's eval cases and smoke run take a client's path pinned to the candidate, run
-    # as the promoting operator and charged to no tenant.
+    # as the promoting operator and charged to no tenant (called per preflight, once
+    # `apply_release` below exists).
     def candidate_path(actor: Principal) -> Handler:
-        return compose(request_path(ActAs(actor), [], releases), Call(router))
+        return compose(request_path(ActAs(actor), []), Call(router))
 
     candidate = CandidateApp(candidate_path, authenticator, tenancy, settings.server)
     releases = ReleaseService(
@@ -216,7 +226,8 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
         store, releases, settings.releases.watch_interval_s, on_corrupt=telemetry.record_release_corrupt
     )
     checkpoint_watch = CheckpointWatch(active_releases, settings.releases.verify_interval_s)
-    stages = request_path(Authenticate(authenticator), [quota], releases)
+    apply_release = ApplyRelease(active_releases, releases)
+    stages = request_path(Authenticate(authenticator), [quota])
     # Taking over a dead replica's session: the caller is authenticated by the resume request; the
     # regenerated answer still passes the tool policy and is metered like any other.
     takeover = compose(

@@ -38,6 +38,9 @@ class _ReadyServer(uvicorn.Server):
 def serve_in_thread(settings: Settings) -> Iterator[str]:
     """Serve the gateway `settings` describe until the block ends; yields its base URL."""
     sock = bind("127.0.0.1", 0)
+    # bind() leaves it inheritable for `--workers`; here it would leak into every child the
+    # process starts (an in-process gateway's MCP stdio servers among them).
+    sock.set_inheritable(False)
     try:
         server = _ReadyServer(server_config(create_app(settings), settings.server))
         thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="gateway", daemon=True)
@@ -46,15 +49,19 @@ def serve_in_thread(settings: Settings) -> Iterator[str]:
             _started(server, thread)
             yield base_url(sock)
         finally:
-            server.should_exit = True
-            thread.join(_STOP_TIMEOUT_S)
-            if thread.is_alive():
-                server.force_exit = True
-                thread.join(_STOP_TIMEOUT_S)
-            if thread.is_alive():
-                raise RuntimeError(f"the in-process gateway did not stop within {2 * _STOP_TIMEOUT_S:g}s")
+            _stop(server, thread)
+        if thread.is_alive():  # reported only when the test itself passed: its own failure comes first
+            raise RuntimeError(f"the in-process gateway did not stop within {2 * _STOP_TIMEOUT_S:g}s")
     finally:
         sock.close()
+
+
+def _stop(server: _ReadyServer, thread: threading.Thread) -> None:
+    server.should_exit = True
+    thread.join(_STOP_TIMEOUT_S)
+    if thread.is_alive():
+        server.force_exit = True
+        thread.join(_STOP_TIMEOUT_S)
 
 
 def _started(server: _ReadyServer, thread: threading.Thread) -> None:

@@ -1,7 +1,8 @@
 """One request's trace: its server span, and what the stages and the router report to it.
 
-A `RequestTrace` travels on the RequestContext. Built without telemetry (the default, for code
-that makes a context by hand) it is inert: reports are no-ops and attempts carry no trace headers.
+The `TraceRequests` stage puts a `RequestTrace` on the RequestContext (a context made without it
+carries the pipeline's inert `Untraced`). Built without telemetry it is inert too: reports are
+no-ops and attempts carry no trace headers.
 
 Spans are started and ended explicitly and never made current across a `yield`: a response
 stream is pulled first by the HTTP handler's task and then by a session producer task, and a

@@ -25,7 +25,7 @@ from tests.procs import GatewayProcess, delete_redis_prefix, gateway_process, re
 
 @dataclass
 class Replicas:
-    """GatewayProcess replicas sharing one store, one admin key and one chat key."""
+    """Gateway processes (replicas) sharing one store, one admin key and one chat key."""
 
     tmp_path: Path
     config: dict[str, Any]

@@ -790,7 +790,7 @@ def test_a_release_pins_its_eval_sets_content_and_the_sets_threshold_applies(
     )  # fmt: skip
     assert created.exit_code == 0, created.output
     (workdir / "half.yaml").unlink()  # what the release pinned is its content, not a path
-    promoted = admin(one, "promote", {"version": "v3"})  # the gateway runs elsewhere
+    promoted = admin(one, "promote", {"version": "v3"})  # the file is gone: only the pinned content remains
     assert promoted.status_code == 200, promoted.text  # 1 of 2 passes: the set's own threshold, 50%
 
 
