@@ -30,6 +30,7 @@ from gateway.auth.stage import ActAs, Authenticate, Authenticator, ResolveModel
 from gateway.auth.tenancy import ModelTenancy
 from gateway.backends.factory import build_backend
 from gateway.core.principal import Principal
+from gateway.core.surface import Surfaces
 from gateway.http.admin_api import build_admin_router
 from gateway.http.admin_pages import admin_page_routes, openapi_routes
 from gateway.http.approvals_api import build_approval_status_router, build_approvals_router
@@ -61,6 +62,7 @@ from gateway.store.approval_record import PendingCaps
 from gateway.store.base import Store
 from gateway.store.factory import open_store
 from gateway.store_epoch import StoreEpoch
+from gateway.surfaces.chat_completions import ChatCompletions
 from gateway.telemetry.providers import Telemetry, breaker_changed
 from gateway.telemetry.stage import TraceRequests
 
@@ -242,8 +244,13 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
         Call(router),
     )
     replica_id = f"replica-{uuid.uuid4().hex[:12]}"
+    # The APIs clients speak: translators at the edge (gateway/core/surface.py).
+    chat = ChatCompletions()
+    surfaces = Surfaces([chat])
     sessions = (
-        SessionManager(store, settings.sessions, replica_id, takeover, on_checkpoint=telemetry.record_checkpoint)
+        SessionManager(
+            store, settings.sessions, replica_id, takeover, surfaces, on_checkpoint=telemetry.record_checkpoint
+        )
         if settings.sessions.enabled
         else None
     )
@@ -299,7 +306,7 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
         openapi_url="/openapi.json" if public_schema else None,
         telemetry=no_fastapi_telemetry,
     )
-    openai_api = OpenAIApi(pipeline, authenticator, sessions, tenancy, settings.server)
+    openai_api = OpenAIApi(pipeline, authenticator, sessions, tenancy, settings.server, chat)
     app.router.routes.extend(openai_api.routes())
     if sessions is not None:
         app.router.routes.extend(SessionsApi(sessions, authenticator).routes())

@@ -69,6 +69,13 @@ class GatewayError(Exception):
         return {}
 
 
+class GenerationCancelled(GatewayError):
+    """A streamed answer stopped on purpose (its session deleted, its client gone under
+    `on_client_disconnect: cancel`): only ever an in-band event, for the readers still following."""
+
+    code = "cancelled"
+
+
 class InvalidRequest(GatewayError):
     status = 400
     type = "invalid_request_error"

@@ -30,6 +30,7 @@ from typing import Any, Protocol, TypeVar
 from gateway.core.chunks import Chunk, Usage
 from gateway.core.principal import Principal
 from gateway.core.route_log import RouteLog
+from gateway.core.surface import Surface
 from gateway.routing.router import Router
 from gateway.routing.trace import RouteTrace, UntracedRoute
 from gateway.store.release_record import Release
@@ -89,6 +90,7 @@ class RequestContext:
     # (sessions/resume.py), when it builds the context.
     request_id: str
     completion_id: str
+    surface: Surface  # the API the client speaks: parses its request, writes its answer and errors
     client: str = ""  # the peer's address, for aggregating refusals by source
     headers: Mapping[str, str] = field(default_factory=dict)
     read_body: Callable[[], Awaitable[bytes]] | None = None  # the raw body, read by ParseRequest
@@ -97,7 +99,7 @@ class RequestContext:
     resume: tuple[str, int] | None = None  # (text, chunks) already sent, when taking a session over
     response_headers: dict[str, str] = field(default_factory=dict)
 
-    # ParseRequest (http/requests.py); `body` shared as above.
+    # ParseRequest (http/requests.py), from what `surface` parsed; `body` shared as above.
     model: str = ""
     body: dict[str, Any] = field(default_factory=dict)
     stream: bool = False

@@ -1,9 +1,8 @@
-"""The OpenAI chat-completions wire format, in and out.
+"""The OpenAI chat-completions wire format as upstreams speak it.
 
-`chunk_from_openai` reads an upstream `chat.completion.chunk`; `ChunkRenderer` writes the client's
-chunks under the gateway's completion id and the client's model name; `Completion` folds a chunk
-stream into one non-streaming `chat.completion`. Fields we do not interpret travel in the chunk's
-`*_extra` dicts and come out where they went in.
+`chunk_from_openai` reads an upstream `chat.completion.chunk` into the kernel's `Chunk`; fields we
+do not interpret travel in the chunk's `*_extra` dicts and come out where they went in (the Chat
+Completions surface, gateway/surfaces/chat_completions.py, writes them back).
 """
 
 from __future__ import annotations
@@ -130,132 +129,6 @@ def _tool_call_delta(raw: Any) -> ToolCallDelta:
     if not (isinstance(name, str | None) and isinstance(arguments, str) and isinstance(call_id, str | None)):
         raise TypeError("a tool call's id, name or arguments is not a string")
     return ToolCallDelta(index=int(raw.get("index", 0)), id=call_id, name=name, arguments=arguments)
-
-
-class ChunkRenderer:
-    """Renders chunks for one client response: same id, created and model on every chunk."""
-
-    def __init__(self, completion_id: str, created: int, model: str) -> None:
-        self._head = {
-            "id": completion_id,
-            "object": "chat.completion.chunk",
-            "created": created,
-            "model": model,
-        }
-
-    def render(self, chunk: Chunk) -> dict[str, Any] | None:
-        """The client's chunk dict, or None for a usage-only chunk (sent at the end, if asked)."""
-        delta: dict[str, Any] = dict(chunk.delta_extra)
-        if chunk.role is not None:
-            delta["role"] = chunk.role
-        if chunk.content is not None:
-            delta["content"] = chunk.content
-        if chunk.reasoning is not None:
-            delta["reasoning_content"] = chunk.reasoning
-        if chunk.tool_calls:
-            delta["tool_calls"] = [_render_tool_call(t) for t in chunk.tool_calls]
-        if not delta and chunk.finish_reason is None and not chunk.choice_extra:
-            return None
-        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": chunk.finish_reason}
-        choice.update(chunk.choice_extra)
-        return {**self._head, **chunk.extra, "choices": [choice]}
-
-    def render_all(self, chunk: Chunk) -> list[dict[str, Any]]:
-        """The client's chunk dicts: one for each upstream chunk a joined chunk holds (coalesce.py),
-        else the one `render` makes (none for a usage-only chunk)."""
-        if chunk.pieces and "".join(chunk.pieces) == chunk.content:  # else a stage rewrote the content
-            head = self._head
-            return [
-                {**head, "choices": [{"index": 0, "delta": {"content": p}, "logprobs": None, "finish_reason": None}]}
-                for p in chunk.pieces
-            ]
-        rendered = self.render(chunk)
-        return [] if rendered is None else [rendered]
-
-    def render_usage(self, usage: Usage) -> dict[str, Any]:
-        return {**self._head, "choices": [], "usage": usage.to_dict()}
-
-
-def _render_tool_call(delta: ToolCallDelta) -> dict[str, Any]:
-    out: dict[str, Any] = {"index": delta.index, **delta.extra}
-    if delta.id is not None:
-        out["id"] = delta.id
-        out["type"] = "function"
-    function: dict[str, str] = {"arguments": delta.arguments}
-    if delta.name is not None:
-        function["name"] = delta.name
-    out["function"] = function
-    return out
-
-
-class Completion:
-    """Folds a chunk stream into one `chat.completion` body."""
-
-    def __init__(self) -> None:
-        self._content: list[str] = []
-        self._reasoning: list[str] = []
-        self._tool_calls: dict[int, dict[str, Any]] = {}
-        self._message_extra: dict[str, Any] = {}
-        self._choice_extra: dict[str, Any] = {}
-        self._extra: dict[str, Any] = {}
-        self.finish_reason: str | None = None
-
-    def add(self, chunk: Chunk) -> None:
-        if chunk.content:
-            self._content.append(chunk.content)
-        if chunk.reasoning:
-            self._reasoning.append(chunk.reasoning)
-        for delta in chunk.tool_calls:
-            call = self._tool_calls.setdefault(
-                delta.index, {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
-            )
-            call.update(delta.extra)
-            if delta.id:
-                call["id"] = delta.id
-            if delta.name:
-                call["function"]["name"] += delta.name
-            call["function"]["arguments"] += delta.arguments
-        if chunk.delta_extra:
-            self._message_extra.update(chunk.delta_extra)
-        if chunk.choice_extra:
-            self._choice_extra.update(chunk.choice_extra)
-        if chunk.extra:
-            self._extra.update(chunk.extra)
-        if chunk.finish_reason is not None:
-            self.finish_reason = chunk.finish_reason
-
-    @property
-    def content(self) -> str:
-        return "".join(self._content)
-
-    def message(self, resumed: tuple[str, int] | None = None) -> dict[str, Any]:
-        """The assistant message, for a transcript; `resumed` text (a takeover) goes in front."""
-        content = (resumed[0] if resumed else "") + self.content
-        message: dict[str, Any] = {"role": "assistant", "content": content or None}
-        if self._tool_calls:
-            message["tool_calls"] = [self._tool_calls[i] for i in sorted(self._tool_calls)]
-        return message
-
-    def render(self, completion_id: str, created: int, model: str, usage: Usage | None) -> dict[str, Any]:
-        message: dict[str, Any] = {"role": "assistant", "content": self.content if self._content else None}
-        if self._reasoning:
-            message["reasoning_content"] = "".join(self._reasoning)
-        if self._tool_calls:
-            message["tool_calls"] = [self._tool_calls[i] for i in sorted(self._tool_calls)]
-        message.update(self._message_extra)
-        choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": self.finish_reason}
-        choice.update(self._choice_extra)
-        body: dict[str, Any] = {
-            "id": completion_id,
-            "object": "chat.completion",
-            "created": created,
-            "model": model,
-            **self._extra,
-            "choices": [choice],
-        }
-        if usage is not None:
-            body["usage"] = usage.to_dict()
-        return body
 
 
 def dumps(payload: dict[str, Any]) -> bytes:

@@ -26,6 +26,7 @@ from gateway.http.openai_api import OpenAIApi
 from gateway.pipeline import Handler
 from gateway.releases.candidate import RELEASE_HEADER, Listener
 from gateway.settings import ServerSettings
+from gateway.surfaces.chat_completions import ChatCompletions
 
 
 class CandidateApp:
@@ -51,7 +52,9 @@ class CandidateApp:
 
     def app(self, actor: Principal, version: str) -> ASGIApp:
         """The request path as an ASGI app, pinned to `version`, `actor` as the caller."""
-        api = OpenAIApi(self._path_for(actor), self._authenticator, None, self._tenancy, self._server)
+        api = OpenAIApi(
+            self._path_for(actor), self._authenticator, None, self._tenancy, self._server, ChatCompletions()
+        )
         app = Starlette(routes=api.routes())
         install_error_handlers(app)  # type: ignore[arg-type]  # only the Starlette part is used
         pin = (RELEASE_HEADER.encode(), version.encode())

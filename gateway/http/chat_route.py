@@ -16,8 +16,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.errors import GatewayError
 from gateway.http.errors import error_response_for
-from gateway.http.openai_api import CHAT_COMPLETIONS, OpenAIApi
+from gateway.http.openai_api import OpenAIApi
 from gateway.ids import RandomIds
+from gateway.surfaces.chat_completions import CHAT_COMPLETIONS
 
 
 class ChatCompletionsFirst:

@@ -1,8 +1,9 @@
-"""`/v1/chat/completions` and `/v1/models`: the OpenAI-compatible surface.
+"""`/v1/chat/completions` and `/v1/models`, and the answering of any surface's request.
 
-The handler parses and validates, hands a context to the pipeline, and waits for the first chunk
-before choosing the response: an error before any output is a proper HTTP error status, after it
-an in-band error event followed by `[DONE]`, never a silently truncated 200.
+`answer` hands a context naming the request's surface to the pipeline and waits for the first
+chunk before choosing the response: an error before any output is a proper HTTP error status (in
+the surface's error shape), after it an in-band error event followed by the surface's terminal
+event (`[DONE]`), never a silently truncated 200.
 """
 
 from __future__ import annotations
@@ -18,12 +19,13 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import Scope as AsgiScope
 
-from gateway import sse
 from gateway.auth.stage import Authenticator
 from gateway.auth.tenancy import ModelTenancy
+from gateway.core.answer import Answer
 from gateway.core.chunks import Chunk
-from gateway.core.error_bodies import gateway_error_body, gateway_error_response
+from gateway.core.error_bodies import error_json
 from gateway.core.principal import Scope
+from gateway.core.surface import Surface
 from gateway.errors import GatewayError
 from gateway.http.requests import read_body
 from gateway.http.streamed_response import StreamedResponse
@@ -31,12 +33,12 @@ from gateway.ids import RandomIds, request_id_from
 from gateway.pipeline import Handler, RequestContext
 from gateway.sessions.manager import SessionManager
 from gateway.settings import ServerSettings
-from gateway.stream_events import StreamEvents
-from gateway.wire import Completion, dumps
+from gateway.stream_events import StreamEvents, answer_head
+from gateway.surfaces.chat_completions import CHAT_COMPLETIONS, ChatCompletions
+from gateway.wire import dumps
 
 log = logging.getLogger(__name__)
 
-CHAT_COMPLETIONS = "/v1/chat/completions"
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
@@ -58,6 +60,7 @@ class OpenAIApi:
         sessions: SessionManager | None,
         tenancy: ModelTenancy,
         server: ServerSettings,
+        chat: ChatCompletions,
     ) -> None:
         self.pipeline = pipeline
         self._authenticator = authenticator
@@ -65,6 +68,7 @@ class OpenAIApi:
         self._tenancy = tenancy
         self._server = server
         self._ids = RandomIds()
+        self.chat = chat
 
     def routes(self) -> list[BaseRoute]:
         return [
@@ -73,10 +77,16 @@ class OpenAIApi:
         ]
 
     async def chat_completions(self, request: Request) -> Response:
+        return await self.answer(request, self.chat, f"chatcmpl-{self._ids.hex()}")
+
+    async def answer(self, request: Request, surface: Surface, answer_id: str) -> Response:
+        """One request of `surface`'s through the pipeline: a GatewayError before the answer's
+        first chunk is raised, for the caller to render in the surface's error shape."""
         headers = header_map(request.scope)
         ctx = RequestContext(
             request_id=request_id_from(headers, self._ids),
-            completion_id=f"chatcmpl-{self._ids.hex()}",
+            completion_id=answer_id,
+            surface=surface,
             client=request.client.host if request.client else "",
             headers=headers,
             read_body=functools.partial(read_body, request, self._server.max_body_bytes, self._server.body_timeout_s),
@@ -128,27 +138,38 @@ async def _sse_stream(
     ctx: RequestContext, first: Chunk | None, chunks: AsyncGenerator[Chunk, None]
 ) -> AsyncIterator[bytes]:
     events = StreamEvents(ctx)
+    frame = ctx.surface.frame
     # Closed on every exit: a client gone mid-stream ends the stages (and their releases) now.
     async with contextlib.aclosing(events.payloads(_rest(first, chunks))) as payloads:
         async for payload in payloads:
-            yield sse.data(payload)
+            yield frame(None, payload)
     if events.failure is not None:
-        yield sse.data(events.failure_payload())
-    yield sse.DONE
+        for payload in events.failure_payloads():
+            yield frame(None, payload)
+    if ctx.surface.done is not None:
+        yield frame(None, ctx.surface.done)
 
 
-async def _completion(
+async def _collected(
     ctx: RequestContext, first: Chunk | None, chunks: AsyncGenerator[Chunk, None], sessions: SessionManager | None
 ) -> bytes:
-    """The chat.completion JSON; a GatewayError before it is complete propagates."""
-    completion = Completion()
+    """The surface's body of the whole answer; a GatewayError before it is complete propagates."""
+    answer = Answer()
     async with contextlib.aclosing(chunks):
         async for chunk in _rest(first, chunks):
-            completion.add(chunk)
-    body = completion.render(ctx.completion_id, ctx.created, ctx.model, ctx.usage)
+            answer.add(chunk)
+    body = ctx.surface.collected(answer_head(ctx), answer, ctx.usage)
     if sessions is not None:
-        sessions.remember(ctx, completion.message())
+        sessions.remember(ctx, answer.message())
     return dumps(body)
+
+
+def surface_error_response(surface: Surface, error: GatewayError) -> Response:
+    """`error` in `surface`'s shape, named by its request when it has one."""
+    headers = error.headers()
+    if error.request_id is not None:
+        headers = {**headers, "X-Request-Id": error.request_id}
+    return error_json(surface.error_status(error), surface.error_body(error), headers)
 
 
 async def _collect(
@@ -159,10 +180,10 @@ async def _collect(
     sessions: SessionManager | None,
 ) -> Response:
     try:
-        body = await _completion(ctx, first, chunks, sessions)
+        body = await _collected(ctx, first, chunks, sessions)
     except GatewayError as error:
         error.request_id = ctx.request_id
-        return gateway_error_response(error)
+        return surface_error_response(ctx.surface, error)
     # Headers decided while the answer was generated (X-Approval-Id) are known only now.
     return Response(body, media_type="application/json", headers={**headers, **ctx.response_headers})
 
@@ -178,7 +199,7 @@ async def _kept_alive(
     already; a space every `every_s` (JSON allows leading whitespace) keeps proxies with idle
     timeouts from cutting the connection until the JSON follows. An error after that point can
     only be the body: the status is already 200."""
-    collecting = asyncio.ensure_future(_completion(ctx, first, chunks, sessions))
+    collecting = asyncio.ensure_future(_collected(ctx, first, chunks, sessions))
     try:
         while not collecting.done():
             await asyncio.wait({collecting}, timeout=every_s)
@@ -188,7 +209,7 @@ async def _kept_alive(
             yield collecting.result()
         except GatewayError as error:
             error.request_id = ctx.request_id
-            yield dumps(gateway_error_body(error))
+            yield dumps(ctx.surface.error_body(error))
     finally:
         if not collecting.done():
             collecting.cancel()

@@ -2,7 +2,8 @@
 
 Every SSE event gets the next sequence number here; the HTTP response, a reconnecting client and
 the checkpointer all read from this log, so they cannot disagree about what was sent. Payloads are
-the exact bytes after `data: `; the terminal `[DONE]` is an event like any other.
+the exact bytes of each event's data, in the session's surface's form (which frames them); the
+terminal event (`[DONE]`) is an event like any other.
 """
 
 from __future__ import annotations
@@ -10,22 +11,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator
 
-import orjson
-
 from gateway.deadlines import deadline_in
 from gateway.errors import GatewayError
-from gateway.sse import DONE_PAYLOAD
 
 Event = tuple[int, bytes]  # (seq, payload)
-
-
-def content_of(payload: bytes) -> str:
-    """The assistant text a chunk event carries ("" for other events)."""
-    if payload == DONE_PAYLOAD or b'"content"' not in payload:
-        return ""
-    event = orjson.loads(payload)
-    choices = event.get("choices") or ()
-    return "".join((c.get("delta") or {}).get("content") or "" for c in choices)
 
 
 class SessionLog:

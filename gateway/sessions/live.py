@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from gateway.core.principal import Principal
+from gateway.core.surface import Surface
 from gateway.errors import StoreCorrupt
 from gateway.pipeline import RequestContext
 from gateway.sessions.event_log import SessionLog
@@ -28,6 +29,7 @@ class LiveSession:
     session_id: str
     log: SessionLog
     state: SessionState
+    surface: Surface  # the API its client speaks: writes and frames its events
     flushed: int = 0  # how many of log.events the store has
     state_saved: bool = False
     readers: int = 0
@@ -67,6 +69,7 @@ def state_of(ctx: RequestContext, owner: str) -> SessionState:
         release=ctx.release,
         deployments=tuple(sorted(ctx.deployments)) if ctx.deployments is not None else None,
         transcript=tuple(ctx.body.get("messages", [])) if ctx.keep_transcript else None,
+        surface=ctx.surface.name,
     )
 
 

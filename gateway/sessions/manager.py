@@ -18,6 +18,7 @@ from typing import Any
 
 from gateway.core.chunks import Chunk
 from gateway.core.principal import Principal
+from gateway.core.surface import Surfaces
 from gateway.errors import NotFound
 from gateway.pipeline import Handler, RequestContext
 from gateway.sessions.checkpointer import Checkpointer
@@ -36,6 +37,7 @@ class SessionManager:
         settings: SessionSettings,
         replica_id: str,
         continue_stream: Handler,
+        surfaces: Surfaces,
         on_checkpoint: Callable[[float, int], None] | None = None,
     ) -> None:
         """`on_checkpoint` is told (seconds, sessions) after each checkpoint write: telemetry
@@ -44,7 +46,7 @@ class SessionManager:
         self._live = LiveSessions()
         self._checkpointer = Checkpointer(store, settings, replica_id, self._live, on_checkpoint)
         self._producer = Producer(store, settings, replica_id, self._live)
-        self._readers = Readers(store, settings, replica_id, self._live, self._producer, continue_stream)
+        self._readers = Readers(store, settings, replica_id, self._live, self._producer, continue_stream, surfaces)
         self._unresumable = UnresumableMarks(store, settings, self._live)
 
     # --- a new response -----------------------------------------------------------------------

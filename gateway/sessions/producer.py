@@ -17,17 +17,15 @@ from collections.abc import AsyncGenerator
 from dataclasses import replace
 from typing import Any
 
-from gateway import sse
 from gateway.core.chunks import Chunk
-from gateway.core.error_bodies import error_body
-from gateway.errors import Conflict, StoreUnavailable
+from gateway.core.surface import Surface
+from gateway.errors import Conflict, GenerationCancelled, StoreUnavailable
 from gateway.pipeline import RequestContext
 from gateway.sessions.event_log import SessionLog
 from gateway.sessions.live import TAIL_POLL_S, LiveSession, LiveSessions, state_of
 from gateway.settings import SessionSettings
 from gateway.store.base import SessionCheckpoint, SessionStore
 from gateway.stream_events import StreamEvents
-from gateway.wire import dumps
 
 # The name sessions logged under as one module, gateway/sessions.py: operators filter by it.
 log = logging.getLogger("gateway.sessions")
@@ -52,7 +50,7 @@ class Producer:
         key = (ctx.principal.tenant, ctx.session_id or "")
         live = self._live.by_key.get(key)
         if live is None or live.state.completion_id != ctx.completion_id or live.producer is not None:
-            live = LiveSession(key[0], key[1], SessionLog(), state_of(ctx, self._replica_id))
+            live = LiveSession(key[0], key[1], SessionLog(), state_of(ctx, self._replica_id), ctx.surface)
         live.producer = asyncio.get_running_loop().create_task(self.produce(ctx, chunks, live))
         await live.log.started()
         if live.log.failure is not None:
@@ -67,7 +65,8 @@ class Producer:
         Another live owner means the session is busy (409). With the store down the stream goes
         on unowned, and the first checkpoint claims the lease before it saves the state."""
         assert ctx.principal is not None
-        live = LiveSession(ctx.principal.tenant, ctx.session_id or "", SessionLog(), state_of(ctx, self._replica_id))
+        state = state_of(ctx, self._replica_id)
+        live = LiveSession(ctx.principal.tenant, ctx.session_id or "", SessionLog(), state, ctx.surface)
         try:
             if not await self._open(live, new=ctx.session_new):
                 raise Conflict(
@@ -121,25 +120,27 @@ class Producer:
                     self._append(live, payload)
         except asyncio.CancelledError:
             # `on_client_disconnect: cancel`, or the session was deleted: readers must still see an end.
-            self._finish(live, dumps(error_body("generation cancelled", "api_error", "cancelled")))
+            self._finish(live, ctx.surface, events.failure_payloads(GenerationCancelled("generation cancelled")))
             raise
         if events.failure is not None:
             if not live.log.events:
                 live.log.fail(events.failure)  # before the first event: an HTTP error status
                 return
-            self._append(live, events.failure_payload())
+            for payload in events.failure_payloads():
+                self._append(live, payload)
         if live.state.transcript is not None:  # opted in (see `state_of`)
             transcript = (*ctx.body.get("messages", []), events.answer.message(ctx.resume))
             live.state = replace(live.state, transcript=transcript)
-        self._finish(live, None)
+        self._finish(live, ctx.surface, [])
 
-    def _finish(self, live: LiveSession, error_event: bytes | None) -> None:
+    def _finish(self, live: LiveSession, surface: Surface, error_events: list[bytes]) -> None:
         if live.log.closed:
             return
-        if error_event is not None and live.log.events:
-            self._append(live, error_event)
         if live.log.events:
-            self._append(live, sse.DONE_PAYLOAD)
+            for payload in error_events:
+                self._append(live, payload)
+            if surface.done is not None:
+                self._append(live, surface.done)
         live.log.close()
         self._live.wakeup.set()
 

@@ -16,13 +16,13 @@ import secrets
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import replace
 
-from gateway import sse
 from gateway.core.chunks import Usage
-from gateway.core.error_bodies import gateway_error_body, stream_failure
+from gateway.core.error_bodies import stream_failure
 from gateway.core.principal import Principal
+from gateway.core.surface import AnswerHead, Surface, Surfaces
 from gateway.errors import NotFound, SessionNotResumable
 from gateway.pipeline import Handler, RequestContext
-from gateway.sessions.event_log import SessionLog, content_of
+from gateway.sessions.event_log import SessionLog
 from gateway.sessions.live import TAIL_POLL_S, LiveSession, LiveSessions, may_open, takeover_fields
 from gateway.sessions.producer import Producer
 from gateway.sessions.unresumable import UNRESUMABLE
@@ -32,6 +32,8 @@ from gateway.store.session_record import SessionState
 
 _PAGE = 500
 _KEEP_ALIVE_S = 10.0
+# An SSE comment: every client, of every surface, skips it.
+_KEEP_ALIVE = b": keep-alive\n\n"
 
 
 class Readers:
@@ -43,8 +45,10 @@ class Readers:
         live: LiveSessions,
         producer: Producer,
         continue_stream: Handler,
+        surfaces: Surfaces,
     ) -> None:
         self._store = store
+        self._surfaces = surfaces
         self._settings = settings
         self._replica_id = replica_id
         self._live = live
@@ -55,10 +59,11 @@ class Readers:
         """SSE frames for one reader. When the last reader goes away the producer goes on, unless
         `on_client_disconnect: cancel`."""
         live.readers += 1
+        frame = live.surface.frame
         try:
             async for events in live.log.follow(after_seq, idle_s=_KEEP_ALIVE_S):
                 # A long wait (a tool call held for human approval) must not look like a dead link.
-                yield sse.KEEP_ALIVE if events is None else b"".join(sse.frame(*event) for event in events)
+                yield _KEEP_ALIVE if events is None else b"".join(frame(*event) for event in events)
         finally:
             live.readers -= 1
             policy = self._settings.on_client_disconnect
@@ -84,15 +89,31 @@ class Readers:
             )
         if state.status != "streaming" and not await self._store.session_events(principal.tenant, session_id, 0, 1):
             raise NotFound(f"session '{session_id}' has no streamed response to resume")
+        surface = self._surface_of(state, session_id)
         if state.status == "streaming":
             # Checked now, while the client can still get an error status: a takeover needs these.
             takeover_fields(state, session_id)
-        return self._from_store(principal, session_id, state, after_seq, request_id)
+        return self._from_store(principal, session_id, state, surface, after_seq, request_id)
+
+    def _surface_of(self, state: SessionState, session_id: str) -> Surface:
+        surface = self._surfaces.named(state.surface)
+        if surface is None:  # written by a replica of a newer version, serving a surface this one lacks
+            raise SessionNotResumable(
+                f"session '{session_id}' streams over the '{state.surface}' API, which this replica does "
+                "not serve: resume it from a replica that does"
+            )
+        return surface
 
     async def _from_store(
-        self, principal: Principal, session_id: str, state: SessionState, after_seq: int, request_id: str | None
+        self,
+        principal: Principal,
+        session_id: str,
+        state: SessionState,
+        surface: Surface,
+        after_seq: int,
+        request_id: str | None,
     ) -> AsyncIterator[bytes]:
-        frames = self._stored_frames(principal, session_id, state, after_seq)
+        frames = self._stored_frames(principal, session_id, state, surface, after_seq)
         async with contextlib.aclosing(frames):
             try:
                 async for frame in frames:
@@ -100,19 +121,21 @@ class Readers:
             except Exception as exc:  # noqa: BLE001 (headers are sent: the client gets an in-band end)
                 failure = stream_failure(exc)
                 failure.request_id = request_id
-                yield sse.event(gateway_error_body(failure))
-                yield sse.DONE
+                for payload in surface.writer(_head_of(state)).fail(failure):
+                    yield surface.frame(None, payload)
+                if surface.done is not None:
+                    yield surface.frame(None, surface.done)
 
     async def _stored_frames(
-        self, principal: Principal, session_id: str, state: SessionState, after_seq: int
+        self, principal: Principal, session_id: str, state: SessionState, surface: Surface, after_seq: int
     ) -> AsyncGenerator[bytes, None]:
         seq = after_seq
         while True:
             events = await self._store.session_events(principal.tenant, session_id, seq, _PAGE)
             for event_seq, payload in events:
-                yield sse.frame(event_seq, payload)
+                yield surface.frame(event_seq, payload)
                 seq = event_seq
-                if payload == sse.DONE_PAYLOAD:
+                if payload == surface.done:
                     return
             if len(events) == _PAGE:
                 continue
@@ -127,23 +150,26 @@ class Readers:
                 if state.status != "streaming":
                     await self._store.session_release(principal.tenant, session_id, self._replica_id)
                     continue
-                live = await self._take_over(principal, session_id, state)
+                live = await self._take_over(principal, session_id, state, surface)
                 async for frame in self.frames(live, seq):
                     yield frame
                 return
             await asyncio.sleep(TAIL_POLL_S)  # the owner is alive: follow its checkpoints
 
-    async def _take_over(self, principal: Principal, session_id: str, state: SessionState) -> LiveSession:
+    async def _take_over(
+        self, principal: Principal, session_id: str, state: SessionState, surface: Surface
+    ) -> LiveSession:
         """Continue a dead replica's response from its checkpointed text, as the same request: its
         audit record (under the client's request id) and usage cover the whole answer, and its
         quota reservation is settled rather than a second one taken (as after a backend failover)."""
         recorded = await self._all_events(principal.tenant, session_id)
-        text = "".join(content_of(payload) for _, payload in recorded)
-        chunks_sent = sum(1 for _, payload in recorded if content_of(payload))
+        texts = [surface.text_of(payload) for _, payload in recorded]
+        text, chunks_sent = "".join(texts), sum(1 for t in texts if t)
         completion_id, created, model, body = takeover_fields(state, session_id)
         ctx = RequestContext(
             request_id=state.request_id or f"takeover-{secrets.token_hex(6)}",
             completion_id=completion_id,
+            surface=surface,
             created=created,
             model=model,
             body=body,
@@ -162,7 +188,8 @@ class Readers:
         )
         log_ = SessionLog()
         log_.extend(recorded)
-        live = LiveSession(principal.tenant, session_id, log_, replace(state, owner=self._replica_id), fresh=False)
+        owned = replace(state, owner=self._replica_id)
+        live = LiveSession(principal.tenant, session_id, log_, owned, surface, fresh=False)
         live.flushed = len(recorded)
         produce = self._producer.produce(ctx, self._continue_stream(ctx), live)
         live.producer = asyncio.get_running_loop().create_task(produce)
@@ -176,3 +203,8 @@ class Readers:
             events += page
             if len(page) < _PAGE:
                 return events
+
+
+def _head_of(state: SessionState) -> AnswerHead:
+    """The head of the answer a stored state describes, for an in-band error event's writer."""
+    return AnswerHead(state.completion_id or "", state.created or 0, state.model or "", state.include_usage)

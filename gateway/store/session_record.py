@@ -15,6 +15,7 @@ import orjson
 from gateway.store import fields
 
 _WHAT = "a session state"
+CHAT_COMPLETIONS = "chat.completions"  # the surface of a state that names none
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +69,9 @@ class SessionState:
     release: str | None = None
     deployments: tuple[str, ...] | None = None
     transcript: tuple[dict[str, Any], ...] | None = None
+    # The API its client speaks (gateway/core/surface.py): a resume frames its events so. States
+    # stored before surfaces were named are chat completions.
+    surface: str = CHAT_COMPLETIONS
 
     def to_dict(self) -> dict[str, Any]:
         """In the key order states were always stored in."""
@@ -86,8 +90,10 @@ class SessionState:
             "release": self.release,
             "deployments": None if self.deployments is None else list(self.deployments),
             "transcript": None if self.transcript is None else list(self.transcript),
+            # Absent for chat completions: their states are stored as they were before surfaces had names.
+            "surface": None if self.surface == CHAT_COMPLETIONS else self.surface,
         }
-        return fields.without_none(values, ("body", "transcript"))
+        return fields.without_none(values, ("body", "transcript", "surface"))
 
     def to_json(self) -> bytes:
         return orjson.dumps(self.to_dict())
@@ -117,6 +123,7 @@ class SessionState:
             release=optional(raw, "release", _WHAT),
             deployments=_names(raw.get("deployments"), "deployments"),
             transcript=_messages(raw.get("transcript")),
+            surface=optional(raw, "surface", _WHAT) or CHAT_COMPLETIONS,
         )
 
 

@@ -107,16 +107,24 @@ class RequestCounts:
     __slots__ = ("_counts",)
 
     def __init__(self) -> None:
-        self._counts: dict[tuple[str, str, int], int] = {}
+        self._counts: dict[tuple[str, str, str, int], int] = {}
 
-    def add(self, model: str, deployment: str, status: int) -> None:
-        key = (model, deployment, status)
+    def add(self, surface: str, model: str, deployment: str, status: int) -> None:
+        key = (surface, model, deployment, status)
         self._counts[key] = self._counts.get(key, 0) + 1
 
     def observe(self, _: CallbackOptions) -> Iterable[Observation]:
         return [
-            Observation(n, {"gen_ai.request.model": m, "gateway.deployment": d, "http.response.status_code": s})
-            for (m, d, s), n in list(self._counts.items())
+            Observation(
+                n,
+                {
+                    "gateway.surface": a,
+                    "gen_ai.request.model": m,
+                    "gateway.deployment": d,
+                    "http.response.status_code": s,
+                },
+            )
+            for (a, m, d, s), n in list(self._counts.items())
         ]
 
 
@@ -206,7 +214,7 @@ class Telemetry:
             "gateway.requests",
             [self.requests.observe],
             unit="{request}",
-            description="chat completion requests by model, deployment, status",
+            description="model requests by surface, model, deployment, status",
         )
         self.propagator = TraceContextTextMapPropagator()
         self._deployments: dict[tuple[str, str], DeploymentTelemetry] = {}

@@ -27,13 +27,15 @@ log = logging.getLogger("gateway.requests")
 
 
 class TraceRequests:
-    def __init__(self, telemetry: Telemetry, models: Sequence[str], span_name: str = "POST /v1/chat/completions"):
+    def __init__(self, telemetry: Telemetry, models: Sequence[str], span_name: str | None = None):
+        """`span_name`: the request span's, else `POST` and the request's surface's route."""
         self._telemetry = telemetry
         self._models = frozenset(models)
         self._span_name = span_name
 
     async def __call__(self, ctx: RequestContext, call_next: Handler) -> AsyncGenerator[Chunk, None]:
-        trace = ctx.trace = RequestTrace.start(self._telemetry, self._span_name, ctx.headers)
+        span_name = self._span_name or f"POST {ctx.surface.path}"
+        trace = ctx.trace = RequestTrace.start(self._telemetry, span_name, ctx.headers)
         status, error = CLIENT_CLOSED, None
         try:
             async with contextlib.aclosing(call_next(ctx)) as chunks:
@@ -69,7 +71,7 @@ class TraceRequests:
 
     def _finish(self, ctx: RequestContext, trace: RequestTrace, status: int, error: GatewayError | None) -> None:
         model = ctx.model if ctx.model in self._models else ""  # a label per made-up model name would never end
-        self._telemetry.requests.add(model, ctx.route.deployment or "", status)
+        self._telemetry.requests.add(ctx.surface.name, model, ctx.route.deployment or "", status)
         span = trace.span
         if span.is_recording():
             span.set_attributes(self._span_attributes(ctx, trace, status, error))
@@ -98,6 +100,7 @@ class TraceRequests:
         attributes: Attributes = {
             "http.response.status_code": status,
             "gateway.request_id": ctx.request_id,
+            "gateway.surface": ctx.surface.name,
             "gateway.attempts": len(ctx.route.attempts),
             "gateway.failovers": ctx.route.failovers,
         }

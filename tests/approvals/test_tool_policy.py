@@ -21,6 +21,7 @@ from gateway.routing.router import ModelGroup, Router
 from gateway.routing.strategies import STRATEGIES
 from gateway.settings import DeploymentSettings, EmbeddedStoreSettings, RoutingSettings, Strategy
 from gateway.store.embedded import EmbeddedStore
+from gateway.surfaces.chat_completions import ChatCompletions
 from tests.doubles import Script, ScriptedBackend
 
 POLICY = """
@@ -69,7 +70,9 @@ async def run(
     approvals = ApprovalService(store, audit, b"s" * 32)
     stage = ToolPolicy(PolicyHolder(tmp_path / "policy.yaml"), approvals, audit, poll_s=0.01)
     handler = compose([stage], Call(router))
-    ctx = RequestContext("r1", "c1", model="m", body={"model": "m", "messages": [{"role": "user", "content": "x"}]})
+    ctx = RequestContext(
+        "r1", "c1", ChatCompletions(), model="m", body={"model": "m", "messages": [{"role": "user", "content": "x"}]}
+    )
     ctx.principal = PRINCIPAL
     chunks = [c async for c in handler(ctx)]
     await audit.flush()
@@ -135,7 +138,7 @@ async def test_stripped_tools_are_logged_at_debug_and_named_in_a_header(
     stage = ToolPolicy(PolicyHolder(tmp_path / "policy.yaml"), ApprovalService(store, audit, b"s" * 32), audit, 0.01)
     tools = [{"type": "function", "function": {"name": n}} for n in ("get_weather", "rm\r\nX-Evil: 1")]
     body = {"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": tools}
-    ctx = RequestContext("r1", "c1", model="m", body=body)
+    ctx = RequestContext("r1", "c1", ChatCompletions(), model="m", body=body)
     ctx.principal = PRINCIPAL
 
     async def upstream(ctx: RequestContext) -> AsyncGenerator[Chunk, None]:

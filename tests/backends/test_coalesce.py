@@ -9,7 +9,8 @@ from gateway.backends.coalesce import Coalescer
 from gateway.backends.openai_compat import OpenAICompatBackend
 from gateway.core.chunks import Chunk, ToolCallDelta, Usage
 from gateway.settings import Continuation
-from gateway.wire import ChunkRenderer, dumps
+from gateway.surfaces.chat_completions import ChunkRenderer
+from gateway.wire import dumps
 from tests.backends.upstream import DEPLOYMENT, FakeUpstream, answer, chunk, http_chunked, sse
 
 

@@ -27,7 +27,8 @@ def test_a_served_gateway_exposes_the_request_counter_after_a_request(tmp_path: 
 
         lines = metric_lines(gateway.url)
         a, b = (f'gateway_deployment="{name}",gen_ai_request_model="sim-model"' for name in "ab")
-        assert f'gateway_requests_total{{{a},http_response_status_code="200"}} 1.0' in lines
+        requests = 'gateway_deployment="a",gateway_surface="chat.completions",gen_ai_request_model="sim-model"'
+        assert f'gateway_requests_total{{{requests},http_response_status_code="200"}} 1.0' in lines
         assert f"gateway_upstream_time_to_first_token_seconds_count{{{a}}} 1.0" in lines
         assert f"gateway_deployment_inflight{{{a}}} 0.0" in lines
         assert f"gateway_deployment_breaker_state{{{b}}} 0.0" in lines

@@ -187,8 +187,9 @@ def test_impossible_usage_is_replaced_by_the_gateways_count_and_the_connection_k
     records = request_records(first, request_ids)
     assert sorted(r["request_id"] for r in records) == sorted(request_ids)
     for record in records:
-        assert (record["kind"], record["status"], record["tenant"], record["model"]) == (
+        assert (record["kind"], record["surface"], record["status"], record["tenant"], record["model"]) == (
             "request",
+            "chat.completions",
             200,
             "acme",
             "sim-model",

@@ -15,12 +15,15 @@ from gateway.pipeline import RequestContext
 from gateway.quota.stage import Admit
 from gateway.settings import EmbeddedStoreSettings, QuotaSettings
 from gateway.store.embedded import EmbeddedStore
+from gateway.surfaces.chat_completions import ChatCompletions
 
 KEY = Principal("key_q", "acme", frozenset({"chat"}), frozenset(), Limits(max_concurrency=1))
 
 
 def context() -> RequestContext:
-    ctx = RequestContext("r", "c", model="m", body={"model": "m", "messages": [{"role": "user", "content": "x"}]})
+    ctx = RequestContext(
+        "r", "c", ChatCompletions(), model="m", body={"model": "m", "messages": [{"role": "user", "content": "x"}]}
+    )
     ctx.principal = KEY
     return ctx
 

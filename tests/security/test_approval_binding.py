@@ -23,6 +23,7 @@ from gateway.routing.router import ModelGroup, Router
 from gateway.routing.strategies import STRATEGIES
 from gateway.settings import DeploymentSettings, EmbeddedStoreSettings, RoutingSettings, Strategy
 from gateway.store.embedded import EmbeddedStore
+from gateway.surfaces.chat_completions import ChatCompletions
 from policies import InvalidApprovalToken, arguments_sha256, issue_approval_token, verify_approval_token
 from tests.doubles import Script, ScriptedBackend
 
@@ -78,7 +79,7 @@ async def send_tool_result(store: EmbeddedStore, tmp_path: Path, caller: Princip
         {"role": "assistant", "tool_calls": [{**call, "approval_token": approval_token}]},
         {"role": "tool", "tool_call_id": "c1", "content": orjson.dumps({"refunded": 5}).decode()},
     ]
-    ctx = RequestContext("r1", "c1", model="m", body={"model": "m", "messages": messages})
+    ctx = RequestContext("r1", "c1", ChatCompletions(), model="m", body={"model": "m", "messages": messages})
     ctx.principal = caller
     [_ async for _ in compose([stage], Call(router))(ctx)]
 

@@ -26,6 +26,7 @@ from gateway.core.chunks import Chunk
 from gateway.errors import InvalidRequest
 from gateway.pipeline import Handler, RequestContext, compose
 from gateway.settings import parse_settings
+from gateway.surfaces.chat_completions import ChatCompletions
 from tests.procs import deployment, gateway_config
 
 CASE_DEADLINE_S = 20.0
@@ -85,6 +86,7 @@ async def run_case(app: FastAPI, key: str, position: int, kind: str) -> str:
     ctx = RequestContext(
         request_id=f"case-{uuid.uuid4().hex[:12]}",
         completion_id="chatcmpl-x",
+        surface=ChatCompletions(),
         headers={"authorization": f"Bearer {key}"},
         read_body=read_body,
     )
@@ -152,6 +154,7 @@ async def test_high1_a_record_that_cannot_be_encoded_still_frees_its_slot(
             ctx = RequestContext(
                 request_id=f"deep-{uuid.uuid4().hex[:12]}",
                 completion_id="chatcmpl-x",
+                surface=ChatCompletions(),
                 headers={"authorization": f"Bearer {key}"},
                 read_body=None,
                 body={"messages": deep},

@@ -11,6 +11,7 @@ from collections.abc import AsyncGenerator
 import pytest
 
 from gateway.core.chunks import Chunk
+from gateway.core.surface import Surfaces
 from gateway.pipeline import RequestContext
 from gateway.sessions.event_log import SessionLog
 from gateway.sessions.live import LiveSession
@@ -18,6 +19,7 @@ from gateway.sessions.manager import SessionManager
 from gateway.settings import RedisStoreSettings, SessionSettings
 from gateway.store.redis_store import RedisStore
 from gateway.store.session_record import SessionState
+from gateway.surfaces.chat_completions import ChatCompletions
 from tests.store.test_redis_unavailable import free_port
 
 
@@ -28,8 +30,8 @@ async def never_called(ctx: RequestContext) -> AsyncGenerator[Chunk, None]:
 
 async def test_checkpoints_back_off_and_log_rarely_while_the_store_is_down(caplog: pytest.LogCaptureFixture) -> None:
     store = RedisStore(RedisStoreSettings(url=f"redis://127.0.0.1:{free_port()}/0", key_prefix="agw-test"))
-    manager = SessionManager(store, SessionSettings(), "replica-1", never_called)
-    live = LiveSession("acme", "s1", SessionLog(), SessionState("streaming"))
+    manager = SessionManager(store, SessionSettings(), "replica-1", never_called, Surfaces([ChatCompletions()]))
+    live = LiveSession("acme", "s1", SessionLog(), SessionState("streaming"), ChatCompletions())
     manager._live.by_key[("acme", "s1")] = live  # a stream in progress, as `start` leaves it
     with caplog.at_level(logging.INFO, logger="gateway.sessions"):
         manager.start_checkpoints()

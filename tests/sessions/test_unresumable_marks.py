@@ -20,13 +20,14 @@ from gateway.settings import EmbeddedStoreSettings, RedisStoreSettings, SessionS
 from gateway.store.embedded import EmbeddedStore
 from gateway.store.redis_store import RedisStore
 from gateway.store.session_record import SessionState
+from gateway.surfaces.chat_completions import ChatCompletions
 from tests.store.test_redis_unavailable import free_port
 
 ACME = Principal("key-1", "acme", frozenset({"chat"}), frozenset(), Limits())
 
 
 def answered(session_id: str, request_id: str) -> RequestContext:
-    ctx = RequestContext(request_id=request_id, completion_id=f"chatcmpl-{request_id}")
+    ctx = RequestContext(request_id=request_id, completion_id=f"chatcmpl-{request_id}", surface=ChatCompletions())
     ctx.principal, ctx.session_id = ACME, session_id
     return ctx
 
@@ -93,7 +94,7 @@ async def test_a_mark_is_not_overwritten_by_the_earlier_answers_late_checkpoint(
     earlier.append(b'data: {"earlier": true}\n\n')
     earlier.close()
     state = SessionState(request_id="r1", completion_id="chatcmpl-r1", created=1, key_id="key-1", status="streaming")
-    live.by_key[("acme", "s1")] = LiveSession("acme", "s1", earlier, state)
+    live.by_key[("acme", "s1")] = LiveSession("acme", "s1", earlier, state, ChatCompletions())
     marks = UnresumableMarks(store, settings, live)
     checkpointer = Checkpointer(store, settings, "replica-a", live)
     try:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from gateway.store.session_record import QuotaHold, SessionState
+from gateway.store.session_record import CHAT_COMPLETIONS, QuotaHold, SessionState
+from gateway.surfaces.chat_completions import ChatCompletions
 
 HOLD = {"tenant": "acme", "scopes": ["key:k1", "tenant"], "lease_id": "l1", "tokens": 40, "second": 17, "day": 20_000}
 # As SessionManager wrote a streaming session's state before records were typed, in that key order.
@@ -40,6 +41,15 @@ def test_a_finished_state_without_transcript_or_body_keeps_them_absent() -> None
     state = SessionState.from_dict(done)
     assert (state.body, state.transcript) == (None, None)
     assert state.to_dict() == done
+
+
+def test_a_state_names_its_surface_unless_it_is_chat_completions() -> None:
+    """A chat completions state is stored as before surfaces had names; any other names its own,
+    so that a replica resuming it frames its events in that surface's form."""
+    assert SessionState.from_dict(STORED).surface == ChatCompletions.name == CHAT_COMPLETIONS
+    other = SessionState.from_dict(STORED | {"surface": "responses"})
+    assert other.surface == "responses"
+    assert other.to_dict() == STORED | {"surface": "responses"}
 
 
 @pytest.mark.parametrize(

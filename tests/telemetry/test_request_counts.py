@@ -15,9 +15,9 @@ def test_each_label_set_is_its_own_series_counted_exactly() -> None:
     reader = InMemoryMetricReader()
     telemetry = Telemetry(TelemetrySettings(), metric_readers=[reader])
     for _ in range(3):
-        telemetry.requests.add("m", "a", 200)
-    telemetry.requests.add("m", "b", 200)
-    telemetry.requests.add("", "", 401)
+        telemetry.requests.add("chat.completions", "m", "a", 200)
+    telemetry.requests.add("chat.completions", "m", "b", 200)
+    telemetry.requests.add("chat.completions", "", "", 401)
     data = reader.get_metrics_data()
     assert data is not None
     (metric,) = [
@@ -30,9 +30,24 @@ def test_each_label_set_is_its_own_series_counted_exactly() -> None:
         assert isinstance(point, NumberDataPoint)
         points[tuple(sorted((point.attributes or {}).items()))] = point.value
     assert points == {
-        (("gateway.deployment", "a"), ("gen_ai.request.model", "m"), ("http.response.status_code", 200)): 3,
-        (("gateway.deployment", "b"), ("gen_ai.request.model", "m"), ("http.response.status_code", 200)): 1,
-        (("gateway.deployment", ""), ("gen_ai.request.model", ""), ("http.response.status_code", 401)): 1,
+        (
+            ("gateway.deployment", "a"),
+            ("gateway.surface", "chat.completions"),
+            ("gen_ai.request.model", "m"),
+            ("http.response.status_code", 200),
+        ): 3,
+        (
+            ("gateway.deployment", "b"),
+            ("gateway.surface", "chat.completions"),
+            ("gen_ai.request.model", "m"),
+            ("http.response.status_code", 200),
+        ): 1,
+        (
+            ("gateway.deployment", ""),
+            ("gateway.surface", "chat.completions"),
+            ("gen_ai.request.model", ""),
+            ("http.response.status_code", 401),
+        ): 1,
     }
     telemetry.shutdown()
 
@@ -52,7 +67,7 @@ def test_a_collection_on_another_thread_while_requests_are_counted_loses_none() 
     collector = threading.Thread(target=collect)
     collector.start()
     for n in range(50_000):
-        counts.add("m", f"d{n % 7}", 200 if n % 3 else 503)  # new label sets appear while it reads
+        counts.add("chat.completions", "m", f"d{n % 7}", 200 if n % 3 else 503)  # new label sets appear while it reads
     adding_done.set()
     collector.join(timeout=60)
     assert not collector.is_alive()

@@ -249,7 +249,10 @@ async def test_metrics_endpoint_serves_prometheus_text_without_a_key(tmp_path: P
         assert reply.headers["content-type"].startswith("text/plain")
         lines = reply.text.splitlines()
         counted = [line for line in lines if line.startswith("gateway_requests_total{")]
-        labels = 'gateway_deployment="a",gen_ai_request_model="m",http_response_status_code="200"'
+        labels = (
+            'gateway_deployment="a",gateway_surface="chat.completions",gen_ai_request_model="m",'
+            'http_response_status_code="200"'
+        )
         assert counted == [f"gateway_requests_total{{{labels}}} 1.0"]
         assert any(line.startswith("gateway_upstream_time_to_first_token_seconds_bucket{") for line in lines)
         assert any(line.startswith('gateway_deployment_breaker_state{gateway_deployment="a"') for line in lines)

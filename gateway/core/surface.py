@@ -1,0 +1,112 @@
+"""The surface seam: how an API a client speaks meets the kernel.
+
+A surface (Chat Completions today; Responses and Anthropic Messages are additions of the same
+shape) is a translator at the edge. Going in, it turns a request body into the internal request,
+an OpenAI chat request's JSON (`ParsedRequest`), which every stage, the router and every backend
+speak. Coming out, it turns the kernel's chunks into its own events (`AnswerWriter`), a collected
+answer into its own body, and a `GatewayError` into its own error shape. Nothing below the HTTP
+layer knows which surface a request came by: the stages read `ctx.surface.name` only as a label
+(audit records, telemetry), and sessions hold a surface only to write and frame its events.
+
+A streamed answer's events are the payloads of a session's log (byte-exact what the client was
+sent, for `Last-Event-ID` resume): the surface frames them as SSE and names the terminal event, and
+it reads back the assistant text an event carried when another replica takes the stream over.
+The session's state records the surface's `name`, so that a replica resuming it from the store
+frames and continues it in the same form (`Surfaces.named`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from gateway.core.answer import Answer
+from gateway.core.chunks import Chunk, Usage
+from gateway.errors import GatewayError
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedRequest:
+    """A client's request in the kernel's form."""
+
+    body: dict[str, Any]  # an OpenAI chat request's JSON: what the stages read and rewrite
+    model: str
+    stream: bool
+    include_usage: bool  # a streamed answer ends with a usage event
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerHead:
+    """What every event of one answer repeats."""
+
+    answer_id: str
+    created: int
+    model: str
+    include_usage: bool
+    resumed: tuple[str, int] | None = None  # (text, chunks) already sent, when taking a stream over
+
+
+class AnswerWriter(Protocol):
+    """One streamed answer's event payloads in its surface's form, called in order: `chunk` for
+    every chunk, then `end` once (a complete answer) or `fail` once (it cannot go on)."""
+
+    def chunk(self, chunk: Chunk) -> list[bytes]: ...
+
+    def end(self, usage: Usage) -> list[bytes]: ...
+
+    def fail(self, error: GatewayError) -> list[bytes]: ...
+
+
+class Surface(Protocol):
+    @property
+    def name(self) -> str:
+        """A stable label: in audit records, telemetry and a session's stored state."""
+        ...
+
+    @property
+    def path(self) -> str:
+        """The route it is served on (`POST` only)."""
+        ...
+
+    @property
+    def done(self) -> bytes | None:
+        """The payload of the event that ends every stream, if the surface has one (`[DONE]`)."""
+        ...
+
+    def parse(self, body: bytes, max_json_depth: int) -> ParsedRequest:
+        """The request in the kernel's form; `InvalidRequest` naming the bad field otherwise."""
+        ...
+
+    def writer(self, head: AnswerHead) -> AnswerWriter: ...
+
+    def collected(self, head: AnswerHead, answer: Answer, usage: Usage) -> dict[str, Any]:
+        """A non-streamed answer's body."""
+        ...
+
+    def error_status(self, error: GatewayError) -> int: ...
+
+    def error_body(self, error: GatewayError) -> dict[str, Any]:
+        """The body of an error response, and of an in-band error event."""
+        ...
+
+    def frame(self, seq: int | None, payload: bytes) -> bytes:
+        """One SSE event: with its id when it is a session log's, for `Last-Event-ID`."""
+        ...
+
+    def text_of(self, payload: bytes) -> str:
+        """The assistant text an event carries ("" for other events)."""
+        ...
+
+
+class Surfaces:
+    """The surfaces a gateway serves, by name: a stored session names its own."""
+
+    def __init__(self, surfaces: Iterable[Surface]) -> None:
+        self._by_name: Mapping[str, Surface] = {s.name: s for s in surfaces}
+
+    def named(self, name: str) -> Surface | None:
+        return self._by_name.get(name)
+
+    def __iter__(self) -> Any:
+        return iter(self._by_name.values())

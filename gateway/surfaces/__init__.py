@@ -1,0 +1,1 @@
+"""API surfaces: translators between what a client speaks and the kernel (gateway/core/surface.py)."""
