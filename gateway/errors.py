@@ -2,9 +2,10 @@
 
 Foreign exceptions (httpx, litellm, redis, pydantic) are translated into these at the boundary
 where they occur; nothing else crosses into the request path. `gateway.http.errors` is the one
-place that turns them into responses.
+place that turns them into responses (each API surface renders them in its own shape).
 
-    GatewayError
+    GatewayError                    500  api_error          (internal_error)
+    ├── GenerationCancelled              cancelled          (in band only: a stream stopped on purpose)
     ├── InvalidRequest              400  invalid_request_error
     │   ├── BodyTooLarge            413
     │   ├── RequestTimeout          408  (the body did not arrive in time)
