@@ -3,6 +3,7 @@ request end to end (here litellm's OpenAI provider pointed at the simulated back
 
 from __future__ import annotations
 
+import importlib.util
 import socket
 from pathlib import Path
 
@@ -12,7 +13,10 @@ import pytest
 from common.processes import Announced
 from tests.procs import gateway_config, running_gateway
 
-pytest.importorskip("litellm", reason="litellm is the optional [litellm] extra (installed by [dev])")
+# Looked up, not imported: litellm takes seconds to import, in every process that collects the tests
+# (the gateway imports it only when a deployment needs it).
+if importlib.util.find_spec("litellm") is None:
+    pytest.skip("litellm is the optional [litellm] extra (installed by [dev])", allow_module_level=True)
 
 
 def test_litellm_deployment_streams_the_same_text_as_the_backend(sims: list[Announced], tmp_path: Path) -> None:

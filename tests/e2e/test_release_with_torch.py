@@ -6,6 +6,7 @@ Needs torch (the `train` extra); skipped without it.
 
 from __future__ import annotations
 
+import importlib.util
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -16,16 +17,14 @@ import httpx
 import orjson
 import pytest
 
-try:
-    import torch  # noqa: F401 - only its presence is checked here
-except ImportError:
+# Looked up, not imported: torch takes seconds to import, in every process that collects the tests.
+if importlib.util.find_spec("torch") is None:
     pytest.skip("needs torch (pip install 'agent-gateway[train]')", allow_module_level=True)
 
 from checkpoints.registry import CheckpointRegistry, ProblemKind
 from checkpoints.training import save_checkpoint
 from common.processes import Announced, start_announcing
 from tests.procs import Gateway, deployment, running_gateway
-from tests.support import charlm
 
 MODEL = "tiny"
 QUESTION = "which release answers?"
@@ -40,6 +39,8 @@ pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled:Us
 @pytest.fixture(scope="module")
 def weights(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """Two versions of one run, trained on different text, saved with torch DCP and registered."""
+    from tests.support import charlm  # imports torch: only when this test runs
+
     root = tmp_path_factory.mktemp("torch-release")
     registry = CheckpointRegistry(root / "registry")
     started = time.monotonic()

@@ -9,8 +9,6 @@ import asyncio
 import threading
 from typing import Any
 
-from agents import Agent, OpenAIChatCompletionsModel, Runner, set_tracing_disabled
-from agents.mcp import MCPServerStreamableHttp
 from openai import AsyncOpenAI
 
 from tests.e2e.test_tool_policy import approve_when_pending
@@ -20,6 +18,10 @@ from tests.procs import Gateway
 
 
 async def run_agent(gateway: Gateway, key: str, task: str) -> str:
+    # Imported here: the SDK takes seconds to import, in every process that collects the tests.
+    from agents import Agent, OpenAIChatCompletionsModel, Runner, set_tracing_disabled
+    from agents.mcp import MCPServerStreamableHttp
+
     set_tracing_disabled(True)  # the SDK would otherwise export traces to OpenAI
     model = OpenAIChatCompletionsModel(
         model="sim-model", openai_client=AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key=key, max_retries=0)
