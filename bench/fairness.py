@@ -20,7 +20,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.procs import deployment, gateway_config, gateway_process, start_sim
+from testkit.procs import deployment, gateway_config, gateway_process, start_sim
 
 BODY = {"model": "sim-model", "messages": [{"role": "user", "content": "fair?"}], "max_tokens": 4}
 

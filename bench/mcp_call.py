@@ -93,7 +93,7 @@ def main() -> int:
             running(
                 start_announcing(
                     "mcp-server",
-                    [sys.executable, "-m", "tests.mcp.upstream_server", "--http"],
+                    [sys.executable, "-m", "testkit.mcp_upstream", "--http"],
                     workdir / "upstream.log",
                     REPO_DIR,
                     {},

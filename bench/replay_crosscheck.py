@@ -2,8 +2,8 @@
 
     python -m bench.replay_crosscheck [--rounds 3]
 
-Starts the stamping sim (TTFT 100 ms, TPOT 10 ms, jitter 0; tests/replay/stamping_sim.py) and, at
-concurrency 1 and 16, runs replay and the reference client (tests/replay/reference_client.py) at
+Starts the stamping sim (TTFT 100 ms, TPOT 10 ms, jitter 0; testkit/stamping_sim.py) and, at
+concurrency 1 and 16, runs replay and the reference client (testkit/reference_client.py) at
 the same time on the same samples. Prints, per round, each client's TTFT p50 / min / max, TPOT p50,
 its median excess over the server's own receive-to-first-byte time for the same requests, replay's
 own reported TTFT p50 (over the requests its client delay left in), and whether the difference
@@ -19,15 +19,14 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from tests.replay.conftest import running_sim
-from tests.replay.test_reference_crosscheck import SIM_OPTIONS, TOLERANCE_S, crosscheck
+from testkit.crosscheck import SIM_OPTIONS, STAMPING_SIM, TOLERANCE_S, crosscheck, running_sim
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    with running_sim(*SIM_OPTIONS, module="tests.replay.stamping_sim") as url:
+    with running_sim(*SIM_OPTIONS, module=STAMPING_SIM) as url:
         for round_number in range(1, args.rounds + 1):
             for concurrency in (1, 16):
                 with tempfile.TemporaryDirectory(prefix="agw-crosscheck-") as scratch:

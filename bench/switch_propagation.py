@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 
 from gateway.auth.stage import new_secret
-from tests.procs import delete_redis_prefix, deployment, gateway_config, gateway_process, start_sim
+from testkit.procs import delete_redis_prefix, deployment, gateway_config, gateway_process, start_sim
 
 MODEL = "sim-model"
 QUESTION = [{"role": "user", "content": "which release?"}]

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from common.processes import Announced
+from testkit.procs import REDIS_URL_ENV, child_pids, reset, start_redis, start_sim, wait_gone
 from tests.cluster.redis_cluster import RedisCluster, running_cluster
-from tests.procs import REDIS_URL_ENV, child_pids, reset, start_redis, start_sim, wait_gone
 
 _PR_SET_CHILD_SUBREAPER = 36
 
@@ -73,7 +73,7 @@ def _command_line(pid: int) -> str:
 def session_redis() -> Iterator[str]:
     """This session's own redis-server on a free loopback port (no persistence), stopped with the
     session: no test uses a Redis on a fixed port, and concurrent sessions (pytest-xdist workers,
-    two checkouts) never share one. Its URL is in the environment (`tests.procs.shared_redis_url`)
+    two checkouts) never share one. Its URL is in the environment (`testkit.procs.shared_redis_url`)
     for helpers called outside fixtures and for the processes the tests start."""
     server = start_redis()
     try:

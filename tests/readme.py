@@ -18,7 +18,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.procs import wait_gone
+from testkit.procs import wait_gone
 
 ROOT = Path(__file__).resolve().parents[1]
 README_PORTS = ("8080", "9101", "9102")

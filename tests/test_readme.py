@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 
 from common.processes import Announced
-from tests.procs import deployment, gateway_config, running_gateway
+from testkit.procs import deployment, gateway_config, running_gateway
 from tests.readme import ROOT, readme_block, run_block
 
 

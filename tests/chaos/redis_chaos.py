@@ -22,7 +22,7 @@ import redis
 from gateway.audit.writer import iterate
 from gateway.settings import RedisStoreSettings
 from gateway.store.redis_store import RedisStore
-from tests.procs import Gateway
+from testkit.procs import Gateway
 
 BODY = {"model": "sim-model", "messages": [{"role": "user", "content": "still there?"}], "max_tokens": 3}
 

@@ -20,7 +20,7 @@ import orjson
 
 from common.sse_reader import read_events
 from gateway.auth.stage import new_secret
-from tests.procs import GatewayProcess, delete_redis_prefix, gateway_process, redis_store_config
+from testkit.procs import GatewayProcess, delete_redis_prefix, gateway_process, redis_store_config
 
 
 @dataclass

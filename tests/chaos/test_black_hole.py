@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from common.processes import Announced
+from testkit.procs import deployment, gateway_config
 from tests.chaos.replicas import black_hole, parse, replicas_on_redis, text_of
-from tests.procs import deployment, gateway_config
 
 pytestmark = pytest.mark.chaos
 

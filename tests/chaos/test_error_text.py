@@ -29,8 +29,8 @@ import pytest
 from common.processes import Announced, start_announcing
 from common.sse_reader import read_events
 from gateway.auth.stage import new_secret
+from testkit.procs import GatewayProcess, deployment, gateway_config, gateway_process, policy_file, set_faults
 from tests.chaos.redis_chaos import PrivateRedis, private_redis, wait_ready
-from tests.procs import GatewayProcess, deployment, gateway_config, gateway_process, policy_file, set_faults
 from tests.support.leaks import assert_none_leak, error_messages, internals_in, leaks_of
 
 pytestmark = pytest.mark.chaos
@@ -288,7 +288,7 @@ def _mcp_texts(reply: httpx.Response) -> list[str]:
 
 def test_mcp_faults_tell_clients_nothing_internal(tmp_path: Path, sim_pair: list[Announced]) -> None:
     upstream = start_announcing(
-        ["tests.mcp.upstream_server", "--http"], env={"AGW_APPROVAL_SECRET": MCP_SECRET, "AGW_NAMESPACE": "files"}
+        ["testkit.mcp_upstream", "--http"], env={"AGW_APPROVAL_SECRET": MCP_SECRET, "AGW_NAMESPACE": "files"}
     )
     texts: list[tuple[str, int, str]] = []
     try:

@@ -17,8 +17,8 @@ import httpx
 import pytest
 
 from common.processes import Announced
+from testkit.procs import GatewayProcess, deployment, gateway_config, gateway_process, reset, set_faults, start_sim
 from tests.chaos.replicas import parse, text_of
-from tests.procs import GatewayProcess, deployment, gateway_config, gateway_process, reset, set_faults, start_sim
 
 pytestmark = pytest.mark.chaos
 

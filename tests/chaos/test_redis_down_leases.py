@@ -16,8 +16,8 @@ import pytest
 
 from common.processes import Announced
 from gateway.store import keys
+from testkit.procs import deployment, gateway_config, gateway_process, start_sim
 from tests.chaos.redis_chaos import audited, private_redis
-from tests.procs import deployment, gateway_config, gateway_process, start_sim
 
 pytestmark = pytest.mark.chaos
 

@@ -17,8 +17,8 @@ import httpx
 import pytest
 
 from common.processes import Announced
+from testkit.procs import GatewayProcess, deployment, gateway_config, gateway_process
 from tests.chaos.redis_chaos import PrivateRedis, private_redis
-from tests.procs import GatewayProcess, deployment, gateway_config, gateway_process
 
 pytestmark = pytest.mark.chaos
 

@@ -22,8 +22,8 @@ import pytest
 from common.processes import Announced
 from gateway.auth.stage import new_secret
 from gateway.store import keys
+from testkit.procs import deployment, gateway_config, gateway_process
 from tests.chaos.redis_chaos import PrivateRedis, Tally, audited, private_redis, steady_load, wait_ready
-from tests.procs import deployment, gateway_config, gateway_process
 
 pytestmark = pytest.mark.chaos
 

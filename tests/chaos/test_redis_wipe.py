@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from common.processes import Announced
+from testkit.procs import deployment, gateway_config, gateway_process
 from tests.chaos.redis_chaos import Tally, private_redis, steady_load, wait_ready
-from tests.procs import deployment, gateway_config, gateway_process
 
 pytestmark = pytest.mark.chaos
 

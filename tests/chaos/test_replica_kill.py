@@ -14,8 +14,7 @@ import httpx
 import pytest
 
 from common.processes import Announced
-from tests.chaos.replicas import Replicas, parse, replicas_on_redis, resume, text_of, usage_of
-from tests.procs import (
+from testkit.procs import (
     GatewayProcess,
     deployment,
     gateway_config,
@@ -24,6 +23,7 @@ from tests.procs import (
     start_redis,
     start_sim,
 )
+from tests.chaos.replicas import Replicas, parse, replicas_on_redis, resume, text_of, usage_of
 
 pytestmark = pytest.mark.chaos
 

@@ -17,8 +17,8 @@ import httpx
 import pytest
 
 from common.processes import Announced
+from testkit.procs import deployment, gateway_config, reset, served_count, set_faults, start_sim
 from tests.chaos.replicas import Replicas, replicas_on_redis
-from tests.procs import deployment, gateway_config, reset, served_count, set_faults, start_sim
 
 pytestmark = pytest.mark.chaos
 

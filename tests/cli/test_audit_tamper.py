@@ -19,7 +19,7 @@ from gateway.audit.writer import AuditWriter
 from gateway.cli.main import cli
 from gateway.settings import load_settings
 from gateway.store.factory import open_store
-from tests.procs import delete_redis_prefix, redis_store_config
+from testkit.procs import delete_redis_prefix, redis_store_config
 
 Records = list[tuple[int, dict[str, Any]]]  # (position key, record) in chain order
 

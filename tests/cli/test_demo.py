@@ -20,7 +20,7 @@ import pytest
 from openai import OpenAI
 
 from common.processes import start_announcing
-from tests.procs import child_pids, wait_gone
+from testkit.procs import child_pids, wait_gone
 
 
 def read_until(stream: IO[str], marker: str, max_lines: int = 60) -> str:

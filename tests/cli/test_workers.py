@@ -19,8 +19,7 @@ import pytest
 import yaml
 
 from common.processes import Announced
-from tests.e2e.test_sessions import BODY, expected_text, read_then_drop, resume, text_of
-from tests.procs import (
+from testkit.procs import (
     GatewayProcess,
     delete_redis_prefix,
     deployment,
@@ -28,6 +27,7 @@ from tests.procs import (
     gateway_process,
     redis_store_config,
 )
+from tests.e2e.test_sessions import BODY, expected_text, read_then_drop, resume, text_of
 
 
 def workers_of(supervisor: int) -> set[int]:
@@ -53,7 +53,7 @@ def wait_for(condition: object, what: str, timeout_s: float = 30.0) -> None:
 
 @pytest.fixture(scope="module")
 def slow_sim() -> Iterator[Announced]:
-    from tests.procs import start_sim
+    from testkit.procs import start_sim
 
     sim = start_sim("--tpot-ms", "10")
     try:

@@ -19,10 +19,10 @@ import pytest
 
 from common.processes import Announced
 from gateway.auth.stage import new_secret
+from testkit.procs import deployment, gateway_config, gateway_process
 from tests.chaos.redis_chaos import Tally, steady_load, wait_ready
 from tests.cluster.redis_cluster import running_cluster
 from tests.cluster.test_gateway_on_cluster import audit_verify, chain_of, cluster_store
-from tests.procs import deployment, gateway_config, gateway_process
 
 pytestmark = pytest.mark.chaos
 

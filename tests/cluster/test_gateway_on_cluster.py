@@ -24,8 +24,8 @@ from gateway.audit.writer import iterate
 from gateway.auth.stage import new_secret
 from gateway.settings import RedisStoreSettings
 from gateway.store.redis_store import RedisStore
+from testkit.procs import GatewayProcess, deployment, gateway_config, gateway_process, start_sim
 from tests.cluster.redis_cluster import RedisCluster
-from tests.procs import GatewayProcess, deployment, gateway_config, gateway_process, start_sim
 
 BODY: dict[str, Any] = {"model": "sim-model", "messages": [{"role": "user", "content": "count me"}], "max_tokens": 4}
 

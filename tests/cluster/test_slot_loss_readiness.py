@@ -15,9 +15,9 @@ import httpx
 import pytest
 
 from common.processes import Announced
+from testkit.procs import GatewayProcess, deployment, gateway_config, gateway_process
 from tests.cluster.redis_cluster import running_cluster
 from tests.cluster.test_gateway_on_cluster import cluster_store
-from tests.procs import GatewayProcess, deployment, gateway_config, gateway_process
 
 pytestmark = pytest.mark.chaos
 

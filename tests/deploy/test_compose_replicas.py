@@ -24,8 +24,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from common.processes import Announced
 from common.sse_reader import read_events
 from gateway.auth.stage import new_secret
+from testkit.procs import GatewayProcess, delete_redis_prefix, gateway_process, shared_redis_url, start_sim
 from tests.deploy.files import COMPOSE_GATEWAY_CONFIG, compose_services
-from tests.procs import GatewayProcess, delete_redis_prefix, gateway_process, shared_redis_url, start_sim
 
 BODY: dict[str, Any] = {"model": "sim-model", "messages": [{"role": "user", "content": "shared?"}], "max_tokens": 4}
 STREAM: dict[str, Any] = {**BODY, "max_tokens": 12, "stream": True}

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from common.processes import Announced
-from tests.procs import Gateway, deployment, gateway_config, policy_file, running_gateway
+from testkit.procs import Gateway, deployment, gateway_config, policy_file, running_gateway
 
 
 @pytest.fixture(scope="module")

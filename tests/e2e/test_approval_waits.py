@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from common.processes import Announced
+from testkit.procs import Gateway, deployment, gateway_config, policy_file, running_gateway
 from tests.e2e.test_tool_policy import POLICY, SECRET, TOOLS, ask, message_of
-from tests.procs import Gateway, deployment, gateway_config, policy_file, running_gateway
 
 KEEPALIVE_S = 0.2
 

@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from common.processes import Announced
+from testkit.procs import Gateway, deployment, gateway_config, policy_file, running_gateway
 from tests.e2e.test_tool_policy import POLICY, SECRET, ask
-from tests.procs import Gateway, deployment, gateway_config, policy_file, running_gateway
 
 if TYPE_CHECKING:  # the type only: the tests import selenium where they use it
     from selenium.webdriver.remote.webdriver import WebDriver

@@ -11,8 +11,8 @@ import httpx
 import pytest
 
 from common.processes import Announced
+from testkit.procs import Gateway, audit_records, deployment, gateway_config, policy_file, running_gateway
 from tests.e2e.test_tool_policy import POLICY, SECRET, ask
-from tests.procs import Gateway, audit_records, deployment, gateway_config, policy_file, running_gateway
 
 
 @pytest.fixture

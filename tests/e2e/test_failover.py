@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from common.processes import Announced
-from tests.procs import (
+from testkit.procs import (
     Gateway,
     deployment,
     gateway_config,

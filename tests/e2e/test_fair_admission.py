@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from common.processes import Announced
-from tests.procs import Gateway, deployment, gateway_config, running_gateway
+from testkit.procs import Gateway, deployment, gateway_config, running_gateway
 
 BODY = {"model": "sim-model", "messages": [{"role": "user", "content": "may I?"}], "max_tokens": 4}
 

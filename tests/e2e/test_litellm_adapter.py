@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from common.processes import Announced
-from tests.procs import gateway_config, running_gateway
+from testkit.procs import gateway_config, running_gateway
 
 # Looked up, not imported: litellm takes seconds to import, in every process that collects the tests
 # (the gateway imports it only when a deployment needs it).

@@ -7,7 +7,7 @@ from pathlib import Path
 import httpx
 
 from common.processes import Announced
-from tests.procs import deployment, gateway_config, running_gateway
+from testkit.procs import deployment, gateway_config, running_gateway
 
 
 def metric_lines(url: str) -> list[str]:

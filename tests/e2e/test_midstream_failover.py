@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 from common.processes import Announced
-from tests.procs import (
+from testkit.procs import (
     Gateway,
     audit_records,
     delete_redis_prefix,

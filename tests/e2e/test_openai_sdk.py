@@ -14,7 +14,7 @@ from openai.types.chat import (
 )
 
 from common.processes import Announced
-from tests.procs import Gateway
+from testkit.procs import Gateway
 
 MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Tell me about circuit breakers"}]
 WEATHER_TOOL: ChatCompletionFunctionToolParam = {

@@ -17,7 +17,7 @@ import pytest
 from common.processes import Announced
 from gateway.auth.stage import new_secret
 from gateway.tokens import estimate_prompt_tokens
-from tests.procs import (
+from testkit.procs import (
     Gateway,
     delete_redis_prefix,
     deployment,

@@ -24,7 +24,7 @@ if importlib.util.find_spec("torch") is None:
 from checkpoints.registry import CheckpointRegistry, ProblemKind
 from checkpoints.training import save_checkpoint
 from common.processes import Announced, start_announcing
-from tests.procs import Gateway, deployment, running_gateway
+from testkit.procs import Gateway, deployment, running_gateway
 
 MODEL = "tiny"
 QUESTION = "which release answers?"

@@ -27,7 +27,7 @@ from checkpoints.registry import CheckpointRegistry
 from common.processes import Announced
 from gateway.auth.stage import new_secret
 from gateway.cli.main import cli
-from tests.procs import (
+from testkit.procs import (
     WEATHER_POLICY,
     Gateway,
     audit_records,
@@ -380,7 +380,7 @@ def hooked_releases(gateway: Gateway) -> None:
 
 
 def test_rollback_runs_the_load_hook_of_a_stopped_deployment(sim_pair: list[Announced], tmp_path: Path) -> None:
-    from tests.procs import start_sim
+    from testkit.procs import start_sim
 
     port = free_port()
     pidfile = tmp_path / "hook.pid"
@@ -421,7 +421,7 @@ def test_rollback_runs_the_load_hook_of_a_stopped_deployment(sim_pair: list[Anno
 
 
 def test_a_load_hook_that_exits_early_fails_the_rollback_at_once(sim_pair: list[Announced], tmp_path: Path) -> None:
-    from tests.procs import start_sim
+    from testkit.procs import start_sim
 
     old = start_sim(port=free_port())
     failing = {"kind": "command", "command": ["sh", "-c", "echo no GPU left >&2; exit 3"], "timeout_s": 300}
@@ -447,7 +447,7 @@ def test_a_load_hook_that_exits_early_fails_the_rollback_at_once(sim_pair: list[
 
 
 def test_a_cli_rollback_asks_the_gateway_and_runs_no_hook_locally(sim_pair: list[Announced], tmp_path: Path) -> None:
-    from tests.procs import start_sim
+    from testkit.procs import start_sim
 
     port = free_port()
     pidfile = tmp_path / "hook.pid"
@@ -549,7 +549,7 @@ def test_the_smoke_run_goes_through_the_gateway_pinned_to_the_candidate(setup: d
 
 
 def test_a_failing_canary_is_rolled_back_automatically(sims: list[Announced], tmp_path: Path) -> None:
-    from tests.procs import set_faults
+    from testkit.procs import set_faults
 
     config = gateway_config(deployment("old", sims[0]), deployment("new", sims[1], priority=1))
     log_path = tmp_path / "gateway.log"
@@ -717,7 +717,7 @@ def test_an_admin_key_can_address_a_release_that_is_not_active(setup: dict[str, 
 
 
 def test_promotion_refuses_a_checkpoint_the_deployment_does_not_serve(tmp_path: Path) -> None:
-    from tests.procs import start_sim
+    from testkit.procs import start_sim
 
     registry_root = tmp_path / "registry"
     registry = CheckpointRegistry(registry_root)

@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.procs import deployment, gateway_config, running_gateway, start_sim
+from testkit.procs import deployment, gateway_config, running_gateway, start_sim
 
 
 def replay(samples: Path, base_url: str, key: str, out: Path) -> dict[str, Any]:

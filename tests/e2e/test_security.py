@@ -10,7 +10,7 @@ import pytest
 
 from common.processes import Announced
 from gateway.auth.stage import new_secret
-from tests.procs import Gateway, deployment, gateway_config, running_gateway
+from testkit.procs import Gateway, deployment, gateway_config, running_gateway
 
 CHAT = {"model": "sim-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
 

@@ -17,7 +17,7 @@ import pytest
 
 from common.processes import Announced
 from gateway.auth.stage import new_secret
-from tests.procs import (
+from testkit.procs import (
     Gateway,
     GatewayProcess,
     delete_redis_prefix,

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from common.processes import Announced
-from tests.procs import GatewayProcess, RedisServer, deployment, gateway_config, gateway_process, start_redis
+from testkit.procs import GatewayProcess, RedisServer, deployment, gateway_config, gateway_process, start_redis
 
 BODY = {"model": "sim-model", "messages": [{"role": "user", "content": "still there?"}], "max_tokens": 3}
 

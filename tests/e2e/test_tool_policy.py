@@ -14,7 +14,7 @@ import pytest
 
 from common.processes import Announced
 from policies import InvalidApprovalToken, verify_approval_token
-from tests.procs import Gateway, deployment, gateway_config, policy_file, running_gateway
+from testkit.procs import Gateway, deployment, gateway_config, policy_file, running_gateway
 
 SECRET = "test-approval-secret-0123456789"
 POLICY = """

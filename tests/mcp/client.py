@@ -13,7 +13,7 @@ import mcp_types as types
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.procs import Gateway
+from testkit.procs import Gateway
 
 
 @contextlib.asynccontextmanager

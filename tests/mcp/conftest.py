@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from common.processes import Announced, start_announcing
-from tests.procs import Gateway, deployment, gateway_config, policy_file, running_gateway, start_sim
+from testkit.procs import Gateway, deployment, gateway_config, policy_file, running_gateway, start_sim
 
 SECRET = "mcp-test-approval-secret-0123456789"
 POLICY = """
@@ -43,7 +43,7 @@ bindings:
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[Announced]:
     server = start_announcing(
-        ["tests.mcp.upstream_server", "--http"], env={"AGW_APPROVAL_SECRET": SECRET, "AGW_NAMESPACE": "files"}
+        ["testkit.mcp_upstream", "--http"], env={"AGW_APPROVAL_SECRET": SECRET, "AGW_NAMESPACE": "files"}
     )
     try:
         yield server
@@ -52,7 +52,7 @@ def upstream() -> Iterator[Announced]:
 
 
 def mcp_config(upstream: Announced, tmp_path: Path, sim: Announced, **mcp: object) -> dict[str, object]:
-    stdio = [sys.executable, "-m", "tests.mcp.upstream_server", "--stdio"]
+    stdio = [sys.executable, "-m", "testkit.mcp_upstream", "--stdio"]
     servers = [
         {"name": "files", "url": upstream.url, "call_timeout_s": 10},
         {"name": "local", "command": stdio, "env": {"AGW_NAMESPACE": "local"}, "call_timeout_s": 10},

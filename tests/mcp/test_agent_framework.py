@@ -11,10 +11,10 @@ from typing import Any
 
 from openai import AsyncOpenAI
 
+from testkit.procs import Gateway
 from tests.e2e.test_tool_policy import approve_when_pending
 from tests.mcp.client import wait_for_mcp_servers
 from tests.mcp.test_endpoint import reject_when_pending
-from tests.procs import Gateway
 
 
 async def run_agent(gateway: Gateway, key: str, task: str) -> str:

@@ -8,10 +8,11 @@ from typing import Any
 
 import httpx
 
+from testkit.procs import Gateway
+
 # The browser fixture and the skip without Chromium are the chat approvals page test's.
 from tests.e2e.test_approvals_page import browser, pytestmark
 from tests.mcp.client import mcp_session, text_of, wait_for_mcp_servers
-from tests.procs import Gateway
 
 __all__ = ["browser", "pytestmark"]
 

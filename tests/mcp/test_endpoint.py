@@ -17,9 +17,9 @@ import httpx
 import pytest
 from mcp import MCPError
 
+from testkit.procs import Gateway
 from tests.e2e.test_tool_policy import approve_when_pending
 from tests.mcp.client import mcp_session, text_of, wait_for_mcp_servers
-from tests.procs import Gateway
 
 ALLOWED = {
     "files__read_file",
@@ -165,7 +165,7 @@ def _stdio_server_pid(gateway_pid: int) -> int:
                 cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
             except OSError:
                 continue
-            if int(stat[1]) == gateway_pid and b"upstream_server --stdio" in cmdline:
+            if int(stat[1]) == gateway_pid and b"mcp_upstream --stdio" in cmdline:
                 return int(entry.name)
         threading.Event().wait(0.05)
     raise AssertionError("no stdio MCP server under the gateway")

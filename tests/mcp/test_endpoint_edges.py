@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import orjson
 
+from testkit.procs import Gateway
 from tests.mcp.test_endpoint import audit_where
-from tests.procs import Gateway
 
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 

@@ -17,11 +17,11 @@ import httpx
 import orjson
 
 from common.processes import Announced
+from testkit.procs import Gateway, policy_file, running_gateway
 from tests.mcp.client import wait_for_mcp_servers
 from tests.mcp.conftest import SECRET, mcp_config
 from tests.mcp.test_endpoint import audit_where
 from tests.mcp.test_endpoint_edges import MCP_HEADERS, call_tool_raw
-from tests.procs import Gateway, policy_file, running_gateway
 
 QUEUE = 4  # audit slots: the held calls and the slow bodies each fill them all
 ANSWER_WITHIN_S = 10.0  # generous: today the request gets no answer at all while the slots are held

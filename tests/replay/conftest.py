@@ -2,56 +2,26 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
-import select
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-import orjson
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from testkit.crosscheck import REPO_ROOT, STAMPING_SIM, chat_body, running_sim, write_jsonl
+
+__all__ = ["REPO_ROOT", "chat_body", "running_sim", "write_jsonl"]  # the replay tests import them from here
+
 SHARED_SAMPLES = REPO_ROOT.parent / "shared" / "samples"
-READY_PREFIX = "sim listening on "
-
-
-@contextlib.contextmanager
-def running_sim(*options: str, module: str = "sim") -> Iterator[str]:
-    """Start `python -m sim --port 0 ...` (or the stamping wrapper), yield its base URL,
-    always stop it."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
-    where = ("--host", "127.0.0.1", "--port", "0") if module == "sim" else ()
-    command = [sys.executable, "-m", module, *where, *options]
-    proc = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None
-        readable, _, _ = select.select([proc.stdout], [], [], 30)
-        assert readable, "the sim did not print its ready line within 30 s"
-        line = proc.stdout.readline()
-        assert line.startswith(READY_PREFIX), line
-        url = line.removeprefix(READY_PREFIX).strip()
-        assert url.startswith("http://127.0.0.1:"), url
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")
 def paced_sim() -> Iterator[str]:
     """The sim the accuracy checks compare against (TTFT 200 ms, TPOT 20 ms), behind the wrapper
-    that stamps what the server saw of each request (tests/replay/stamping_sim.py)."""
+    that stamps what the server saw of each request (testkit/stamping_sim.py)."""
     options = ("--ttft-ms", "200", "--tpot-ms", "20", "--jitter", "0.1")
-    with running_sim(*options, module="tests.replay.stamping_sim") as url:
+    with running_sim(*options, module=STAMPING_SIM) as url:
         yield url
 
 
@@ -71,15 +41,6 @@ def fast_sim() -> Iterator[str]:
     """A quick sim for fault and CLI tests, where timing is not what is checked."""
     with running_sim("--ttft-ms", "5", "--tpot-ms", "2", "--jitter", "0") as url:
         yield url
-
-
-def chat_body(n: int, **extra: Any) -> dict[str, Any]:
-    return {"model": "sim-model", "messages": [{"role": "user", "content": f"Tell me story {n}."}], **extra}
-
-
-def write_jsonl(path: Path, items: list[dict[str, Any]]) -> Path:
-    path.write_bytes(b"".join(orjson.dumps(item) + b"\n" for item in items))
-    return path
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from common.processes import Announced, start_announcing
-from tests.procs import Gateway, deployment, gateway_config, policy_file, running_gateway
+from testkit.procs import Gateway, deployment, gateway_config, policy_file, running_gateway
 from tests.security.helpers import REFUSAL_INTERVAL_S, SECURITY_POLICY
 
 

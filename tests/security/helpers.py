@@ -6,7 +6,7 @@ from typing import Any
 
 import httpx
 
-from tests.procs import Gateway
+from testkit.procs import Gateway
 
 REFUSAL_INTERVAL_S = 1.0  # the security gateways count refusals per second
 

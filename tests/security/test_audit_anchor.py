@@ -26,8 +26,8 @@ from gateway.app import build_audit_writer
 from gateway.cli.main import cli
 from gateway.settings import load_settings
 from gateway.store.factory import open_store
+from testkit.procs import delete_redis_prefix, redis_store_config
 from tests.cli.test_audit_tamper import Records, rewrite
-from tests.procs import delete_redis_prefix, redis_store_config
 
 AUDIT_KEY = "k" * 40
 ENV = {"GATEWAY_AUDIT_KEY": AUDIT_KEY}

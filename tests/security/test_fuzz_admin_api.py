@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 
 from common.processes import Announced
-from tests.procs import Gateway, deployment, gateway_config, policy_file, running_gateway
+from testkit.procs import Gateway, deployment, gateway_config, policy_file, running_gateway
 from tests.security.helpers import SECURITY_POLICY
 
 CASES_PER_OPERATION = 12  # per generation mode

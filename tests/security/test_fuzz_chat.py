@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from common.processes import Announced
-from tests.procs import Gateway, deployment, gateway_config, policy_file, running_gateway
+from testkit.procs import Gateway, deployment, gateway_config, policy_file, running_gateway
 from tests.security.helpers import CHAT, SECURITY_POLICY, chat
 from tests.security.strategies import HEADER_TEXT, REQUEST_BODY
 

@@ -21,7 +21,7 @@ import orjson
 import pytest
 
 from common.processes import Announced
-from tests.procs import GatewayProcess, deployment, gateway_config, gateway_process
+from testkit.procs import GatewayProcess, deployment, gateway_config, gateway_process
 from tests.security.helpers import CHAT
 
 DEFAULT_LIMIT = 32 * 1024  # the documented default of server.max_header_bytes

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
-from tests.procs import Gateway
+from testkit.procs import Gateway
 from tests.security.helpers import CHAT, admin_get, assert_openai_error, audit_count, chat, nested
 
 DEEP = 300  # past orjson's 255-level encoder limit, under its 1024-level decoder limit

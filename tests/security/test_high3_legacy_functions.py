@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.procs import Gateway
+from testkit.procs import Gateway
 from tests.security.helpers import CHAT, assert_openai_error, chat
 
 FUNCTION = {"name": "delete_repo", "parameters": {"type": "object", "properties": {}}}

@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from common.processes import Announced
-from tests.procs import Gateway, GatewayProcess, deployment, gateway_config, gateway_process
+from testkit.procs import Gateway, GatewayProcess, deployment, gateway_config, gateway_process
 from tests.security.helpers import CHAT, admin_get, audit_count, chat
 
 FLOOD = 60

@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.procs import Gateway
+from testkit.procs import Gateway
 from tests.security.helpers import CHAT, assert_openai_error, chat
 from tests.security.scripted_upstream import LEAKED
 

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from common.processes import Announced
-from tests.procs import Gateway, deployment, gateway_config, running_gateway
+from testkit.procs import Gateway, deployment, gateway_config, running_gateway
 from tests.security.helpers import CHAT, chat
 
 HEADER_TIMEOUT_S = 3.0

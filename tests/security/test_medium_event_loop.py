@@ -20,7 +20,7 @@ import pytest
 
 from checkpoints.registry import CheckpointRegistry
 from common.processes import Announced
-from tests.procs import Gateway, deployment, gateway_config, running_gateway
+from testkit.procs import Gateway, deployment, gateway_config, running_gateway
 from tests.security.helpers import chat
 
 MESSAGES = 150_000  # ~19 MB: about a second of parsing on this machine, many on a loaded one

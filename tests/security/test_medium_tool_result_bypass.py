@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from tests.procs import Gateway
+from testkit.procs import Gateway
 from tests.security.helpers import CHAT, assert_openai_error, chat
 
 

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from common.processes import Announced
-from tests.procs import Gateway, deployment, gateway_config, running_gateway
+from testkit.procs import Gateway, deployment, gateway_config, running_gateway
 
 SECRET = "hunter2-do-not-echo"
 

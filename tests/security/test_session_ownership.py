@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from common.processes import Announced
-from tests.procs import Gateway, deployment, gateway_config, running_gateway, start_sim
+from testkit.procs import Gateway, deployment, gateway_config, running_gateway, start_sim
 
 BODY = {"model": "sim-model", "messages": [{"role": "user", "content": "my secret plan"}], "max_tokens": 5}
 

@@ -27,7 +27,7 @@ from gateway.errors import InvalidRequest
 from gateway.pipeline import Handler, RequestContext, compose
 from gateway.settings import parse_settings
 from gateway.surfaces.chat_completions import ChatCompletions
-from tests.procs import deployment, gateway_config
+from testkit.procs import deployment, gateway_config
 
 CASE_DEADLINE_S = 20.0
 KINDS = ("gateway_error_before", "bug_before", "gateway_error_after_first", "bug_after_first", "client_gone")

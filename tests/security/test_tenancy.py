@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from common.processes import Announced
-from tests.procs import Gateway, deployment, running_gateway
+from testkit.procs import Gateway, deployment, running_gateway
 
 SHARED = "sim-model"  # no tenants listed: every tenant uses it, only a platform admin manages it
 ACME_ONLY = "acme-model"  # tenants: [acme]: acme's admins manage it, nobody else sees it

@@ -21,8 +21,8 @@ from gateway.store import keys
 from gateway.store.base import Store
 from gateway.store.embedded import EmbeddedStore
 from gateway.store.redis_store import RedisStore
+from testkit.procs import shared_redis_url
 from tests.cluster.redis_cluster import RedisCluster
-from tests.procs import shared_redis_url
 
 
 class MovableClock:

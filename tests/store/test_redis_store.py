@@ -18,7 +18,7 @@ from gateway.settings import RedisStoreSettings
 from gateway.store import keys
 from gateway.store.base import WINDOW_S, AuditHead, QuotaScope
 from gateway.store.redis_store import RedisStore
-from tests.procs import shared_redis_url
+from testkit.procs import shared_redis_url
 from tests.store.conftest import delete_prefix
 from tests.store.helpers import admit_request, chained, key_record, key_scope, tenant_scope
 

@@ -22,7 +22,7 @@ from gateway.store.approval_record import Decision
 from gateway.store.base import AuditHead, Reservation, SessionCheckpoint
 from gateway.store.redis_store import RedisStore
 from gateway.store.session_record import SessionState
-from tests.procs import shared_redis_url
+from testkit.procs import shared_redis_url
 from tests.store.helpers import admit_request, approval_record, canary, chained, entry, key_record, key_scope, release
 
 Call = Callable[[RedisStore], Awaitable[object]]

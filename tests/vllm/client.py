@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import orjson
 
-from tests.procs import Gateway
+from testkit.procs import Gateway
 from tests.vllm.servers import VllmServer
 
 MODEL = "tiny"

@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from gateway.store.keys import scope_keys
-from tests.procs import delete_redis_prefix, gateway_process, redis_store_config, shared_redis_url
+from testkit.procs import delete_redis_prefix, gateway_process, redis_store_config, shared_redis_url
 from tests.vllm.client import (
     chat_body,
     direct_answer,

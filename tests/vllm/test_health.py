@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.procs import GatewayProcess, gateway_process
+from testkit.procs import GatewayProcess, gateway_process
 from tests.vllm.client import chat_body, direct_answer, stream_through, vllm_deployment, vllm_gateway_config
 from tests.vllm.conftest import Pool
 from tests.vllm.servers import VllmServer

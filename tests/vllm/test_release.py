@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.procs import GatewayProcess, gateway_process
+from testkit.procs import GatewayProcess, gateway_process
 from tests.vllm.client import MODEL, admin, vllm_deployment, vllm_gateway_config
 from tests.vllm.conftest import Checkpoints, Pool
 

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from checkpoints.training import save_checkpoint
-from tests.procs import GatewayProcess, gateway_process
+from testkit.procs import GatewayProcess, gateway_process
 from tests.vllm.client import MODEL, admin, vllm_deployment, vllm_gateway_config
 from tests.vllm.conftest import Checkpoints, Pool
 from tests.vllm.lora import write_adapter

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.procs import gateway_process
+from testkit.procs import gateway_process
 from tests.vllm.client import MODEL, vllm_deployment, vllm_gateway_config
 from tests.vllm.conftest import Pool
 from tests.vllm.servers import VllmServer

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from testkit.procs import GatewayProcess, gateway_process, policy_file
 from tests.e2e.test_tool_policy import approve_when_pending, tool
-from tests.procs import GatewayProcess, gateway_process, policy_file
 from tests.vllm.client import chat_body, stream_through, vllm_deployment, vllm_gateway_config
 from tests.vllm.conftest import Pool
 from tests.vllm.tap import Tap

@@ -14,7 +14,7 @@ is keyed by the request's last message content, which the tests make unique.
 (at most HOLD_LIMIT_S), so a test can know that N streams were open at once whatever the machine's
 speed; the wait is inside both the server's figure and the client's TTFT.
 
-Run as `python -m tests.replay.stamping_sim [gateway sim options]`; prints the sim's ready line.
+Run as `python -m testkit.stamping_sim [gateway sim options]`; prints the sim's ready line.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Real servers for end-to-end tests on 127.0.0.1: simulated backends and Redis as processes, gateways
-in process (tests/served.py) or, where the process is the point, as processes."""
+in process (testkit/served.py) or, where the process is the point, as processes."""
 
 from __future__ import annotations
 
@@ -119,9 +119,9 @@ def _config_file(tmp_path: Path, config: dict[str, Any]) -> Path:
 
 @contextlib.contextmanager
 def running_gateway(tmp_path: Path, config: dict[str, Any], admin_key: str | None = None) -> Iterator[Gateway]:
-    """A gateway served in this process (tests/served.py), from the config file a process would
+    """A gateway served in this process (testkit/served.py), from the config file a process would
     read; replicas of one deployment share `admin_key` (and the config's store)."""
-    from tests.served import serve_in_thread
+    from testkit.served import serve_in_thread
 
     path = _config_file(tmp_path, config)
     admin_key = admin_key or new_secret()

@@ -3,7 +3,7 @@ uvicorn configuration as `gateway serve`, on a real socket on 127.0.0.1, without
 process start (imports, the config read, the first collection).
 
 Tests that kill, signal or restart the gateway, count its processes or read its stderr use a
-process (`tests.procs.gateway_process`); every other test gets one of these.
+process (`testkit.procs.gateway_process`); every other test gets one of these.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """An MCP tool server for the tests, written with the official SDK's server API.
 
-    python -m tests.mcp.upstream_server --http      # Streamable HTTP on a free port: prints "listening on URL"
-    python -m tests.mcp.upstream_server --stdio     # stdio, as the gateway's supervisor starts it
+    python -m testkit.mcp_upstream --http      # Streamable HTTP on a free port: prints "listening on URL"
+    python -m testkit.mcp_upstream --stdio     # stdio, as the gateway's supervisor starts it
 
 Tools as a real server would have them: `read_file` (read-only), `delete_file` (risky; the
 policy restricts its path), `shutdown` (never on any whitelist). `slow_echo` takes its time, so a

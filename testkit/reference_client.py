@@ -176,7 +176,7 @@ def _start(
 
 
 def main(argv: list[str]) -> None:
-    """`python -m tests.replay.reference_client URL BODIES.json CONCURRENCY OUT.json`: the same
+    """`python -m testkit.reference_client URL BODIES.json CONCURRENCY OUT.json`: the same
     client as a process of its own, so it can run alongside replay without sharing its interpreter."""
     url, bodies_path, concurrency, out_path = argv
     bodies = [(key, body.encode()) for key, body in orjson.loads(Path(bodies_path).read_bytes())]
