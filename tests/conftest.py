@@ -29,6 +29,8 @@ def pytest_configure(config: pytest.Config) -> None:
 _LANES = {"vllm": pytest.mark.vllm, "chaos": pytest.mark.chaos, "cluster": pytest.mark.cluster}
 
 
+# Before pytest-xdist's own hook, which reads the `xdist_group` marks to keep a group on one worker.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     root = Path(__file__).parent
     for item in items:
@@ -40,6 +42,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             # Under pytest-xdist (`--dist loadgroup`), one worker runs every vLLM test: the engines
             # are session fixtures, started once, and two sets of them would not fit two cores.
             item.add_marker(pytest.mark.xdist_group("vllm"))
+    # The vLLM tests first: on their one worker they are the longest run of the suite (engines start
+    # in minutes), so they start at once while the other workers share out the rest.
+    items.sort(key=lambda item: item.get_closest_marker("vllm") is None)
 
 
 @pytest.hookimpl(trylast=True)

@@ -36,8 +36,7 @@ def _with_service(work: Callable[[ReleaseService, CliContext], Awaitable[T]]) ->
         registry_root = ctx.settings.releases.checkpoint_registry
         registry = CheckpointRegistry(registry_root) if registry_root else None
         health = HealthMonitor(deployments, ctx.settings.routing.health)
-        service = ReleaseService(ctx.store, ctx.audit, router, health, registry, ActiveReleases())
-        service.run_load_hooks = False
+        service = ReleaseService(ctx.store, ctx.audit, router, health, registry, ActiveReleases(), run_load_hooks=False)
         try:
             return await work(service, ctx)
         finally:

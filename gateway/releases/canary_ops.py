@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from gateway.audit.writer import AuditWriter
     from gateway.releases.active import ActiveReleases
     from gateway.releases.canary import CanaryMonitor
+    from gateway.releases.preflight import Preflight
     from gateway.routing.router import ModelGroup
     from gateway.store.base import ReleaseStore
 
@@ -48,9 +49,9 @@ class CanaryOps:
         def _group(self, model: str) -> ModelGroup: ...
         async def release(self, model: str, version: str) -> Release: ...
         async def refresh(self, model: str) -> None: ...
-        async def preflight(
-            self, record: Release, *, run_evals: bool, bring_up: bool = False, actor: Principal | None = None
-        ) -> dict[str, str | None]: ...
+
+        preflight: Preflight
+
         async def _checked(
             self,
             actor: Principal,

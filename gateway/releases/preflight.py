@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -54,18 +54,26 @@ class PreflightFailed(GatewayError):
     code = "preflight_failed"
 
 
-class PreflightChecks:
-    """Mixed into ReleaseService (whose state the checks read)."""
+class Preflight:
+    """The checks, with what they need: the health monitor that probes a deployment, the model
+    groups (`group_of`, NotFound for an unknown model), the candidate's traffic through this
+    gateway's own request path (None: the CLI, which has none), and whether load hooks may run
+    here (not in the CLI: a hook starts servers, which belong on the gateway's machine)."""
 
-    if TYPE_CHECKING:  # what ReleaseService provides
-        _health: HealthMonitor
-        candidate: CandidateTraffic | None
-        hook_processes: list[subprocess.Popen[bytes]]
-        run_load_hooks: bool
+    def __init__(
+        self,
+        health: HealthMonitor,
+        group_of: Callable[[str], ModelGroup],
+        candidate: CandidateTraffic | None,
+        run_load_hooks: bool,
+    ) -> None:
+        self._health = health
+        self._group = group_of
+        self._candidate = candidate
+        self._run_load_hooks = run_load_hooks
+        self.hook_processes: list[subprocess.Popen[bytes]] = []  # started by command load hooks
 
-        def _group(self, model: str) -> ModelGroup: ...
-
-    async def preflight(
+    async def __call__(
         self,
         record: Release,
         *,
@@ -152,7 +160,7 @@ class PreflightChecks:
     def _cannot_bring_up(self, deployment: Deployment, ok: bool, bring_up: bool) -> str | None:
         if not (bring_up and deployment.settings.load_hook):
             return f"deployment {deployment.name} is not healthy"
-        if not self.run_load_hooks:
+        if not self._run_load_hooks:
             state = "is not healthy" if not ok else "does not serve the release's adapter"
             return (
                 f"deployment {deployment.name} {state} and its load hook runs only in the gateway:"
@@ -191,8 +199,8 @@ class PreflightChecks:
             return [f"eval set {pin.id} cannot be read: {error}"]
         if eval_set.digest != pin.digest:
             return [f"eval set {pin.id} changed since the release pinned it"]
-        if self.candidate is not None and actor is not None:
-            transport = self.candidate.transport(actor, record.version)
+        if self._candidate is not None and actor is not None:
+            transport = self._candidate.transport(actor, record.version)
             result = await run_eval(eval_set, CANDIDATE_BASE_URL, None, record.model, transport=transport)
         else:
             # The CLI without --gateway has no request path of a running gateway: the cases go to
@@ -219,10 +227,10 @@ class PreflightChecks:
         smoke = record.smoke
         if smoke is None:
             return []
-        if self.candidate is not None and actor is not None:
+        if self._candidate is not None and actor is not None:
             async with contextlib.AsyncExitStack() as stack:
                 try:
-                    listener = await stack.enter_async_context(self.candidate.listener(actor, record.version))
+                    listener = await stack.enter_async_context(self._candidate.listener(actor, record.version))
                 except ListenerNotStarted as error:  # a refusal like any other: named and audited
                     return [f"replay smoke run: the local listener did not start: {error}"]
                 problem = await run_smoke(smoke, listener.base_url, listener.token, record.model)

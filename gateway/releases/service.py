@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import subprocess
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
@@ -31,7 +30,7 @@ from gateway.releases.canary_ops import CanaryOps
 from gateway.releases.candidate import CandidateTraffic
 from gateway.releases.history import rollback_target
 from gateway.releases.load_hooks import LoadedAdapter, give_back
-from gateway.releases.preflight import PreflightChecks, PreflightFailed, Served
+from gateway.releases.preflight import Preflight, PreflightFailed, Served
 from gateway.routing.health import HealthMonitor
 from gateway.routing.router import ModelGroup, Router
 from gateway.store.base import ReleaseStore
@@ -66,7 +65,7 @@ class ReleaseSpec:
     notes: str = ""
 
 
-class ReleaseService(PreflightChecks, CanaryOps):
+class ReleaseService(CanaryOps):
     def __init__(
         self,
         store: ReleaseStore,
@@ -78,7 +77,11 @@ class ReleaseService(PreflightChecks, CanaryOps):
         candidate: CandidateTraffic | None = None,
         on_canary_abort: Callable[[str, str], None] | None = None,
         clock: Callable[[], float] = time.time,
+        run_load_hooks: bool = True,
     ) -> None:
+        """`candidate`: eval and smoke traffic through this gateway's own request path (the CLI has
+        none); `run_load_hooks`: False in the CLI (a hook starts servers, which belong on the
+        gateway's machine); `on_canary_abort` counts automatic canary aborts (model, version)."""
         self._store = store
         self._audit = audit
         self._router = router
@@ -86,15 +89,10 @@ class ReleaseService(PreflightChecks, CanaryOps):
         self._checkpoints = checkpoints
         self.active = active
         self._clock = clock
-        self.hook_processes: list[subprocess.Popen[bytes]] = []  # started by command load hooks
-        # The CLI's service runs none: a hook starts servers, which belong on the gateway's machine.
-        self.run_load_hooks = True
         self.canary_monitor = CanaryMonitor()
         self._aborting: set[str] = set()
-        # Counts automatic canary aborts (model, version) in the metrics.
         self.on_canary_abort = on_canary_abort
-        # Eval and smoke traffic through this gateway's own request path. The CLI has none.
-        self.candidate = candidate
+        self.preflight = Preflight(health, self._group, candidate, run_load_hooks)
 
     async def create(self, actor: Principal, model: str, spec: ReleaseSpec) -> Release:
         actor.require(Scope.ADMIN)

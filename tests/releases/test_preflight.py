@@ -18,7 +18,7 @@ from checkpoints.registry import CheckpointRegistry
 from gateway.core.principal import Limits, Principal
 from gateway.errors import Conflict, StoreUnavailable
 from gateway.releases.active import ActiveReleases
-from gateway.releases.preflight import PreflightChecks, PreflightFailed
+from gateway.releases.preflight import Preflight, PreflightFailed
 from gateway.releases.service import ReleaseService
 from gateway.settings import DeploymentSettings, LoadHook, LoadHookKind
 from gateway.store.release_record import CheckpointPin, PromptPin, Release, SmokePin
@@ -55,8 +55,8 @@ class Engine:
         return httpx.Response(200, text="Success")
 
 
-class Checks(PreflightChecks):
-    def __init__(self, engines: dict[str, Engine], hooked: str) -> None:
+class Checks(Preflight):
+    def __init__(self, engines: dict[str, Engine], hooked: str, candidate: Any = None) -> None:
         hook = LoadHook(kind=LoadHookKind.LORA, lora_name=ADAPTER, timeout_s=0.5)
         self.deployments = [
             SimpleNamespace(
@@ -71,15 +71,12 @@ class Checks(PreflightChecks):
             )
             for name, engine in engines.items()
         ]
-        self._health = SimpleNamespace(probe=self._probe)  # type: ignore[assignment]
-        self.candidate = None
-        self.hook_processes = []
-        self.run_load_hooks = True
+        super().__init__(SimpleNamespace(probe=self._probe), self._group_of, candidate, run_load_hooks=True)  # type: ignore[arg-type]
 
     async def _probe(self, deployment: Any) -> bool:
         return bool(deployment.engine.healthy())
 
-    def _group(self, model: str) -> Any:
+    def _group_of(self, model: str) -> Any:
         return SimpleNamespace(deployments=self.deployments)
 
 
@@ -136,9 +133,7 @@ async def test_a_rollback_to_a_checkpoint_that_fails_verification_never_loads_it
     engines["ft"] = Engine(serving)
     corrupt(Path(path_of(registry, "tiny-lora@100"), "adapter_model.safetensors"))
     with pytest.raises(PreflightFailed, match="checkpoint tiny-lora@100"):
-        await Checks(engines, hooked="ft").preflight(
-            release(registry, "tiny-lora@100", ("ft",)), run_evals=False, bring_up=True
-        )
+        await Checks(engines, hooked="ft")(release(registry, "tiny-lora@100", ("ft",)), run_evals=False, bring_up=True)
     assert engines["ft"].loads == [], "a checkpoint that failed verification was loaded into the engine"
     assert engines["ft"].root == serving
 
@@ -151,7 +146,7 @@ async def test_a_rollback_refused_for_another_unhealthy_deployment_never_loads(
     engines["down"] = Engine(None)
     engines["down"].up = False
     with pytest.raises(PreflightFailed, match="deployment down is not healthy"):
-        await Checks(engines, hooked="ft").preflight(
+        await Checks(engines, hooked="ft")(
             release(registry, "tiny-lora@100", ("ft", "down")), run_evals=False, bring_up=True
         )
     assert engines["ft"].loads == []
@@ -164,9 +159,7 @@ async def test_a_rollback_refused_after_its_load_gives_the_engine_back_its_adapt
     serving, target = path_of(registry, "tiny-lora@200"), path_of(registry, "tiny-lora@100")
     engines["ft"] = Engine(serving, broken_by=target)  # the target's adapter leaves it unhealthy
     with pytest.raises(PreflightFailed) as refused:
-        await Checks(engines, hooked="ft").preflight(
-            release(registry, "tiny-lora@100", ("ft",)), run_evals=False, bring_up=True
-        )
+        await Checks(engines, hooked="ft")(release(registry, "tiny-lora@100", ("ft",)), run_evals=False, bring_up=True)
     assert engines["ft"].loads == [target, serving]
     assert engines["ft"].root == serving
     assert f"deployment ft now serves {serving}" in refused.value.message, refused.value.message
@@ -178,9 +171,7 @@ async def test_a_refused_rollback_unloads_an_adapter_the_name_did_not_hold_befor
     target = path_of(registry, "tiny-lora@100")
     engines["ft"] = Engine(None, broken_by=target)
     with pytest.raises(PreflightFailed) as refused:
-        await Checks(engines, hooked="ft").preflight(
-            release(registry, "tiny-lora@100", ("ft",)), run_evals=False, bring_up=True
-        )
+        await Checks(engines, hooked="ft")(release(registry, "tiny-lora@100", ("ft",)), run_evals=False, bring_up=True)
     assert engines["ft"].root is None
     assert "deployment ft now serves no adapter under its name" in refused.value.message
 
@@ -192,9 +183,7 @@ async def test_a_rollback_whose_engine_cannot_list_its_adapters_loads_nothing(
     engines["ft"] = Engine(serving)
     engines["ft"].listing_fails = True
     with pytest.raises(PreflightFailed, match="did not list its models"):
-        await Checks(engines, hooked="ft").preflight(
-            release(registry, "tiny-lora@100", ("ft",)), run_evals=False, bring_up=True
-        )
+        await Checks(engines, hooked="ft")(release(registry, "tiny-lora@100", ("ft",)), run_evals=False, bring_up=True)
     assert engines["ft"].loads == []
 
 
@@ -313,7 +302,7 @@ async def test_a_preflight_cancelled_after_its_load_gives_the_engine_back_its_ad
     checks = HangingListing(engines, hooked="ft")
     checks.listing = asyncio.Event()
     preflight = asyncio.ensure_future(
-        checks.preflight(release(registry, "tiny-lora@100", ("ft",)), run_evals=False, bring_up=True)
+        checks(release(registry, "tiny-lora@100", ("ft",)), run_evals=False, bring_up=True)
     )
     await asyncio.wait_for(checks.listing.wait(), timeout=10)
     assert engines["ft"].root == target
@@ -346,8 +335,8 @@ async def test_a_preflight_listener_that_cannot_start_is_a_named_refusal_not_a_c
     unbindable = SimpleNamespace(socket=Unbindable, AF_INET=socket.AF_INET, SOCK_STREAM=socket.SOCK_STREAM)
     monkeypatch.setattr(candidate_listener, "socket", unbindable)
     engines["ft"] = Engine(None)
-    checks = Checks(engines, hooked="")
-    checks.candidate = SimpleNamespace(listener=lambda actor, version: candidate_listener.serve_once(None))  # type: ignore[arg-type]
+    candidate = SimpleNamespace(listener=lambda actor, version: candidate_listener.serve_once(None))  # type: ignore[arg-type]
+    checks = Checks(engines, hooked="", candidate=candidate)
     record = Release(
         model="m",
         version="v2",
@@ -357,4 +346,4 @@ async def test_a_preflight_listener_that_cannot_start_is_a_named_refusal_not_a_c
         smoke=SmokePin(samples=str(tmp_path / "samples.jsonl"), count=1),
     )
     with pytest.raises(PreflightFailed, match=r"replay smoke run: the local listener did not start: .*in use"):
-        await checks.preflight(record, run_evals=False, actor=ADMIN)
+        await checks(record, run_evals=False, actor=ADMIN)
