@@ -38,7 +38,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         lane = _LANES.get(parts[0]) if len(parts) > 1 else None
         if lane is not None:
             item.add_marker(lane)
-        if lane is pytest.mark.vllm:
+        if parts[0] == "vllm" and len(parts) > 1:
             # Under pytest-xdist (`--dist loadgroup`), one worker runs every vLLM test: the engines
             # are session fixtures, started once, and two sets of them would not fit two cores.
             item.add_marker(pytest.mark.xdist_group("vllm"))

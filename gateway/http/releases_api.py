@@ -141,15 +141,15 @@ def build_releases_router(
     @router.post("/models/{model}/canary")
     async def start_canary(model: str, body: CanaryBody, actor: Caller) -> dict[str, Any]:
         """Preflight, then a share of traffic to the candidate; rolled back automatically on a breach."""
-        return await releases.start_canary(actor, model, body.version, body.settings())
+        return await releases.canaries.start(actor, model, body.version, body.settings())
 
     @router.get("/models/{model}/canary")
     async def canary_status(model: str, actor: Reader) -> dict[str, Any]:
         """The running canary and this replica's live figures over its window."""
-        return await releases.canary_status(model)
+        return await releases.canaries.status(model)
 
     @router.delete("/models/{model}/canary")
     async def end_canary(model: str, actor: Caller) -> dict[str, Any]:
-        return await releases.end_canary(actor.key_id, model, "ended by an operator")
+        return await releases.canaries.end(actor.key_id, model, "ended by an operator")
 
     return router

@@ -15,7 +15,7 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,22 +23,21 @@ from typing import Any
 from checkpoints.registry import CheckpointRegistry, RegistryError
 from gateway.audit.writer import AuditWriter
 from gateway.core.principal import Principal, Scope
-from gateway.errors import Conflict, InvalidRequest, NotFound, StoreUnavailable
+from gateway.errors import Conflict, InvalidRequest, StoreUnavailable
 from gateway.releases.active import ActiveReleases
-from gateway.releases.canary import CanaryMonitor
-from gateway.releases.canary_ops import CanaryOps
+from gateway.releases.canaries import Canaries
 from gateway.releases.candidate import CandidateTraffic
 from gateway.releases.history import rollback_target
 from gateway.releases.load_hooks import LoadedAdapter, give_back
-from gateway.releases.preflight import Preflight, PreflightFailed, Served
+from gateway.releases.preflight import Preflight, PreflightFailed
+from gateway.releases.switching import Switchboard
 from gateway.routing.health import HealthMonitor
-from gateway.routing.router import ModelGroup, Router
+from gateway.routing.router import Router
 from gateway.store.base import ReleaseStore
 from gateway.store.release_record import (
     HISTORY_CAP,
     CheckpointPin,
     EvalSetPin,
-    HistoryEntry,
     PromptPin,
     Release,
     SmokePin,
@@ -65,7 +64,11 @@ class ReleaseSpec:
     notes: str = ""
 
 
-class ReleaseService(CanaryOps):
+class ReleaseService:
+    """Releases made, promoted and rolled back; its collaborators, each built here from the
+    constructor's arguments: the switchboard every change goes through, the preflight, and the
+    canaries (`canaries`: their operations, for the admin API, the watcher and the stage)."""
+
     def __init__(
         self,
         store: ReleaseStore,
@@ -83,20 +86,15 @@ class ReleaseService(CanaryOps):
         none); `run_load_hooks`: False in the CLI (a hook starts servers, which belong on the
         gateway's machine); `on_canary_abort` counts automatic canary aborts (model, version)."""
         self._store = store
-        self._audit = audit
-        self._router = router
-        self._health = health
         self._checkpoints = checkpoints
-        self.active = active
         self._clock = clock
-        self.canary_monitor = CanaryMonitor()
-        self._aborting: set[str] = set()
-        self.on_canary_abort = on_canary_abort
-        self.preflight = Preflight(health, self._group, candidate, run_load_hooks)
+        self.switchboard = Switchboard(store, audit, router, active, clock)
+        self.preflight = Preflight(health, self.switchboard.group, candidate, run_load_hooks)
+        self.canaries = Canaries(store, audit, self.switchboard, self.preflight, clock, on_canary_abort)
 
     async def create(self, actor: Principal, model: str, spec: ReleaseSpec) -> Release:
         actor.require(Scope.ADMIN)
-        group = self._group(model)
+        group = self.switchboard.group(model)
         known = {d.name for d in group.deployments}
         unknown = sorted(set(spec.deployments) - known)
         if unknown:
@@ -120,7 +118,7 @@ class ReleaseService(CanaryOps):
         )
         if not await self._store.release_put(record):
             raise Conflict(f"release {model}@{spec.version} exists; releases are immutable")
-        await self._record(actor, "release.create", model, None, spec.version, "", field="release")
+        await self.switchboard.record(actor, "release.create", model, None, spec.version, "", field="release")
         return record
 
     def _checkpoint_pin(self, version: str | None) -> CheckpointPin | None:
@@ -136,7 +134,7 @@ class ReleaseService(CanaryOps):
 
     async def overview(self, model: str) -> dict[str, Any]:
         """The model's releases, active pointer, canary and recent history, as the views show them."""
-        self._group(model)
+        self.switchboard.group(model)
         active, generation = await self._store.release_active(model)
         canary = await self._store.release_canary(model)
         return {
@@ -152,11 +150,11 @@ class ReleaseService(CanaryOps):
     # --- switching ----------------------------------------------------------------------------
     async def promote(self, actor: Principal, model: str, version: str, reason: str = "") -> dict[str, Any]:
         actor.require(Scope.ADMIN)
-        record = await self.release(model, version)
-        serving = await self._checked(
+        record = await self.switchboard.release(model, version)
+        serving = await self.switchboard.checked(
             actor, "release.promote", record, self.preflight(record, run_evals=True, actor=actor)
         )
-        return await self._switch(actor, model, version, "release.promote", reason, serving)
+        return await self.switchboard.switch(actor, model, version, "release.promote", reason, serving)
 
     async def rollback(
         self,
@@ -174,13 +172,13 @@ class ReleaseService(CanaryOps):
             if active != expected_active:
                 raise Conflict(f"{model}: the active release is {active}, not {expected_active}; nothing rolled back")
         target = to_version or await self._previous(model)
-        record = await self.release(model, target)
+        record = await self.switchboard.release(model, target)
         # The old release passed its evals already; its deployments may need bringing back.
         loaded: list[LoadedAdapter] = []
         try:
             preflight = self.preflight(record, run_evals=False, bring_up=True, actor=actor, loaded=loaded)
-            serving = await self._checked(actor, "release.rollback", record, preflight)
-            result = await self._switch(actor, model, target, "release.rollback", reason, serving)
+            serving = await self.switchboard.checked(actor, "release.rollback", record, preflight)
+            result = await self.switchboard.switch(actor, model, target, "release.rollback", reason, serving)
         except BaseException as failure:  # a lost switch, a store error, or the caller gone (cancelled)
             if not loaded:
                 raise
@@ -212,31 +210,6 @@ class ReleaseService(CanaryOps):
         log.warning("rollback of %s to %s failed after loading adapters; %s", model, target, said)
         return said
 
-    async def _switch(
-        self,
-        actor: Principal,
-        model: str,
-        version: str,
-        action: str,
-        reason: str,
-        serving: dict[str, str | None] | None = None,
-    ) -> dict[str, Any]:
-        for _ in range(5):  # a lost compare-and-set means another switch landed: look again
-            current, generation = await self._store.release_active(model)
-            if current == version:
-                return {"model": model, "active": version, "generation": generation, "changed": False,
-                        "serving": serving}  # fmt: skip
-            entry = HistoryEntry(
-                action, from_version=current, to=version, by=actor.key_id, reason=reason, at=self._clock()
-            )
-            won, new_generation = await self._store.release_activate(model, version, generation, entry)
-            if won:
-                await self.refresh(model)
-                await self._record(actor, action, model, current, version, reason, serving=serving)
-                return {"model": model, "active": version, "generation": new_generation, "changed": True,
-                        "serving": serving}  # fmt: skip
-        raise Conflict(f"{model}: the active release keeps changing; try again")
-
     async def rollback_target(self, model: str) -> str | None:
         active, _ = await self._store.release_active(model)
         return rollback_target(await self._store.release_history(model, HISTORY_CAP), active)
@@ -249,84 +222,6 @@ class ReleaseService(CanaryOps):
                 ' "version" over HTTP)'
             )
         return target
-
-    async def release(self, model: str, version: str) -> Release:
-        self._group(model)
-        record = await self._store.release_get(model, version)
-        if record is None:
-            raise NotFound(f"release {model}@{version} not found")
-        return record
-
-    def _group(self, model: str) -> ModelGroup:
-        group = self._router.groups.get(model)
-        if group is None:
-            raise NotFound(f"model '{model}' not found")
-        return group
-
-    async def refresh(self, model: str) -> None:
-        version, generation = await self._store.release_active(model)
-        record = await self._store.release_get(model, version) if version else None
-        if record is None:
-            self.active.records.pop(model, None)
-        else:
-            self.active.records[model] = record
-        canary = await self._store.release_canary(model)
-        candidate = await self._store.release_get(model, canary.version) if canary else None
-        if canary is None or candidate is None:
-            self.active.canaries.pop(model, None)
-            self.active.canary_records.pop(model, None)
-        else:
-            self.active.canaries[model], self.active.canary_records[model] = canary, candidate
-        self.active.generations[model] = generation
-
-    # --- canaries -----------------------------------------------------------------------------
-    async def _checked(
-        self, actor: Principal, action: str, record: Release, preflight: Coroutine[Any, Any, Served]
-    ) -> Served:
-        """Run the preflight; a refusal is audited (what was refused and why) before it is raised."""
-        try:
-            return await preflight
-        except PreflightFailed as refused:
-            await self._audit.submit(
-                {
-                    "kind": "admin",
-                    "action": f"{action}.refused",
-                    "actor": actor.key_id,
-                    "tenant": None,
-                    "target": f"{record.model}@{record.version}",
-                    "before": None,
-                    "after": None,
-                    "reason": refused.message,
-                }
-            )
-            raise
-
-    async def _record(
-        self,
-        actor: Principal,
-        action: str,
-        model: str,
-        before: str | None,
-        after: str,
-        reason: str,
-        *,
-        field: str = "active",
-        serving: dict[str, str | None] | None = None,
-    ) -> None:
-        """`field`: what changed to `after` - the active release, or only the canary, or nothing
-        but a new record ("release")."""
-        await self._audit.submit(
-            {
-                "kind": "admin",
-                "action": action,
-                "actor": actor.key_id,
-                "tenant": None,
-                "target": f"{model}@{after}",
-                "before": {"active": before} if field != "release" else None,
-                "after": {field: after} if serving is None else {field: after, "serving": serving},
-                "reason": reason,
-            }
-        )
 
 
 def _smoke_pin(spec: ReleaseSpec) -> SmokePin | None:

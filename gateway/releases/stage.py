@@ -63,7 +63,7 @@ class ApplyRelease:
                 tpot = ctx.route.attempts[-1].tpot_s if ctx.route.attempts else None
                 if ctx.canary_failed:  # the candidate failed; the active release answered instead
                     ok, tpot = False, None
-                self._service.observe(ctx.model, Outcome(time.monotonic(), on_canary, ok, ctx.ttft_s, tpot))
+                self._service.canaries.observe(ctx.model, Outcome(time.monotonic(), on_canary, ok, ctx.ttft_s, tpot))
 
     async def _pinned(self, ctx: RequestContext, version: str) -> Release:
         """An admin may address any release (the preflight does): how a candidate is tried as users
@@ -71,7 +71,7 @@ class ApplyRelease:
         assert ctx.principal is not None
         if Scope.ADMIN.value not in ctx.principal.scopes:
             raise PermissionDenied(f"only an admin key may address a release with {RELEASE_HEADER}")
-        return await self._service.release(ctx.model, version)
+        return await self._service.switchboard.release(ctx.model, version)
 
 
 class CanaryFallback:

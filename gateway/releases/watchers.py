@@ -58,19 +58,19 @@ class ReleaseWatcher:
     async def poll(self) -> None:
         generations = await self._store.release_generations()
         for model, generation in generations.items():
-            if self._service.active.generations.get(model) != generation:
+            if self._service.switchboard.active.generations.get(model) != generation:
                 await self._refresh(model)
-        await self._service.advance_canaries()
+        await self._service.canaries.advance()
 
     async def _refresh(self, model: str) -> None:
         # refresh() sets the generation last: after a StoreCorrupt the next poll tries again, so
         # the model recovers as soon as the record is repaired.
         try:
-            await self._service.refresh(model)
+            await self._service.switchboard.refresh(model)
         except StoreCorrupt as corrupt:
             if self._corrupt.get(model) != corrupt.message:
                 self._corrupt[model] = corrupt.message
-                kept = self._service.active.records.get(model)
+                kept = self._service.switchboard.active.records.get(model)
                 log.error("model %s keeps release %s: %s", model, kept.version if kept else None, corrupt.message)
                 if self.on_corrupt is not None:
                     self.on_corrupt(model)

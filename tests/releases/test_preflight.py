@@ -7,6 +7,7 @@ import asyncio
 import functools
 import json
 import socket
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -187,10 +188,12 @@ async def test_a_rollback_whose_engine_cannot_list_its_adapters_loads_nothing(
     assert engines["ft"].loads == []
 
 
-def rollback_service(
-    cls: type[ReleaseService], checks: Checks, record: Release, active: str | Exception
-) -> ReleaseService:
-    """`cls` over a store holding `record`, whose active release reads as `active`."""
+Switch = Callable[..., Awaitable[dict[str, Any]]]
+
+
+def rollback_service(switch: Switch, checks: Checks, record: Release, active: str | Exception) -> ReleaseService:
+    """A service over a store holding `record`, whose active release reads as `active`, and whose
+    switches all go to `switch`."""
 
     async def release_get(model: str, version: str) -> Release:
         return record
@@ -202,17 +205,17 @@ def rollback_service(
 
     router = SimpleNamespace(groups={"m": checks._group("m")})
     store = SimpleNamespace(release_get=release_get, release_active=release_active)
-    return cls(store, None, router, checks._health, None, ActiveReleases())  # type: ignore[arg-type]
+    service = ReleaseService(store, None, router, checks._health, None, ActiveReleases())  # type: ignore[arg-type]
+    service.switchboard.switch = switch  # type: ignore[method-assign,assignment]
+    return service
 
 
 ADMIN = Principal("key_admin", "*", frozenset({"admin"}), frozenset(), Limits(), all_tenants=True)
 
 
-class LosingSwitch(ReleaseService):
+async def losing_switch(*args: Any, **kwargs: Any) -> dict[str, Any]:
     """Another switch keeps landing first: the compare-and-set is lost."""
-
-    async def _switch(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        raise Conflict("m: the active release keeps changing; try again")
+    raise Conflict("m: the active release keeps changing; try again")
 
 
 async def test_a_rollback_that_loses_its_switch_gives_the_engine_back_its_adapter(
@@ -222,7 +225,7 @@ async def test_a_rollback_that_loses_its_switch_gives_the_engine_back_its_adapte
     engines["ft"] = Engine(serving)
     checks = Checks(engines, hooked="ft")
     record = release(registry, "tiny-lora@100", ("ft",))
-    service = rollback_service(LosingSwitch, checks, record, "tiny-lora@200")
+    service = rollback_service(losing_switch, checks, record, "tiny-lora@200")
     with pytest.raises(Conflict) as lost:
         await service.rollback(ADMIN, "m", to_version="tiny-lora@100")
     assert engines["ft"].loads == [target, serving]
@@ -230,15 +233,15 @@ async def test_a_rollback_that_loses_its_switch_gives_the_engine_back_its_adapte
     assert f"deployment ft now serves {serving}" in lost.value.message, lost.value.message
 
 
-class HangingSwitch(ReleaseService):
+def hanging_switch(entered: asyncio.Event) -> Switch:
     """The switch never returns (a stalled store): the caller gives up and cancels."""
 
-    entered: asyncio.Event
-
-    async def _switch(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        self.entered.set()
+    async def switch(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        entered.set()
         await asyncio.Future()  # until cancelled
         raise AssertionError("unreachable")
+
+    return switch
 
 
 async def test_a_rollback_cancelled_between_its_load_and_the_switch_gives_the_engine_back_its_adapter(
@@ -247,11 +250,11 @@ async def test_a_rollback_cancelled_between_its_load_and_the_switch_gives_the_en
     serving, target = path_of(registry, "tiny-lora@200"), path_of(registry, "tiny-lora@100")
     engines["ft"] = Engine(serving)
     checks = Checks(engines, hooked="ft")
-    service = rollback_service(HangingSwitch, checks, release(registry, "tiny-lora@100", ("ft",)), "tiny-lora@200")
-    assert isinstance(service, HangingSwitch)
-    service.entered = asyncio.Event()
+    entered = asyncio.Event()
+    record = release(registry, "tiny-lora@100", ("ft",))
+    service = rollback_service(hanging_switch(entered), checks, record, "tiny-lora@200")
     rollback = asyncio.ensure_future(service.rollback(ADMIN, "m", to_version="tiny-lora@100"))
-    await asyncio.wait_for(service.entered.wait(), timeout=10)
+    await asyncio.wait_for(entered.wait(), timeout=10)
     assert engines["ft"].root == target  # loaded: on this engine the load is the switch
     rollback.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -260,11 +263,9 @@ async def test_a_rollback_cancelled_between_its_load_and_the_switch_gives_the_en
     assert engines["ft"].root == serving
 
 
-class FailingSwitch(ReleaseService):
+async def failing_switch(*args: Any, **kwargs: Any) -> dict[str, Any]:
     """The store fails the switch's write; whether it landed is for the store to say."""
-
-    async def _switch(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        raise StoreUnavailable("redis: release_activate failed: Timeout reading from 127.0.0.1:6379")
+    raise StoreUnavailable("redis: release_activate failed: Timeout reading from 127.0.0.1:6379")
 
 
 @pytest.mark.parametrize(
@@ -278,7 +279,7 @@ async def test_a_rollback_whose_switch_fails_gives_back_only_when_the_switch_did
     serving, target = path_of(registry, "tiny-lora@200"), path_of(registry, "tiny-lora@100")
     engines["ft"] = Engine(serving)
     checks = Checks(engines, hooked="ft")
-    service = rollback_service(FailingSwitch, checks, release(registry, "tiny-lora@100", ("ft",)), active)
+    service = rollback_service(failing_switch, checks, release(registry, "tiny-lora@100", ("ft",)), active)
     with pytest.raises(StoreUnavailable, match="release_activate"):
         await service.rollback(ADMIN, "m", to_version="tiny-lora@100")
     assert engines["ft"].root == (serving if given_back else target)

@@ -57,7 +57,7 @@ async def test_a_malformed_release_keeps_its_model_on_the_last_release_while_oth
     service = _service(store)
     corrupt: list[str] = []
     watcher = ReleaseWatcher(store, service, INTERVAL_S, on_corrupt=corrupt.append)
-    records = service.active.records
+    records = service.switchboard.active.records
     await watcher.poll()
     assert {m: r.version for m, r in records.items()} == {"m1": "v1", "m2": "v1"}
 

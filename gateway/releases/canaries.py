@@ -13,17 +13,15 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.core.principal import Limits, Principal, Scope
 from gateway.errors import Conflict, GatewayError, InvalidRequest
-from gateway.releases.canary import Outcome
-from gateway.store.release_record import Canary, CanarySettings, Release
+from gateway.releases.canary import CanaryMonitor, Outcome
+from gateway.store.release_record import Canary, CanarySettings
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Coroutine
+    from collections.abc import Callable
 
     from gateway.audit.writer import AuditWriter
-    from gateway.releases.active import ActiveReleases
-    from gateway.releases.canary import CanaryMonitor
     from gateway.releases.preflight import Preflight
-    from gateway.routing.router import ModelGroup
+    from gateway.releases.switching import Switchboard
     from gateway.store.base import ReleaseStore
 
 log = logging.getLogger(__name__)
@@ -34,60 +32,37 @@ _CANARY_DRIVER = Principal(
 )
 
 
-class CanaryOps:
-    """Mixed into ReleaseService (whose store, audit log and monitor they use)."""
+class Canaries:
+    """The canaries of every model: started after a promotion's preflight, judged on each finished
+    request (`observe`), moved up their steps (`advance`, by every replica's watcher), ended by an
+    operator or on a breach. They switch through the same switchboard as a promotion."""
 
-    if TYPE_CHECKING:  # what ReleaseService provides
-        _store: ReleaseStore
-        _audit: AuditWriter
-        _clock: Callable[[], float]
-        _aborting: set[str]
-        active: ActiveReleases
-        canary_monitor: CanaryMonitor
-        on_canary_abort: Callable[[str, str], None] | None
-
-        def _group(self, model: str) -> ModelGroup: ...
-        async def release(self, model: str, version: str) -> Release: ...
-        async def refresh(self, model: str) -> None: ...
-
-        preflight: Preflight
-
-        async def _checked(
-            self,
-            actor: Principal,
-            action: str,
-            record: Release,
-            preflight: Coroutine[Any, Any, dict[str, str | None]],
-        ) -> dict[str, str | None]: ...
-        async def _switch(
-            self,
-            actor: Principal,
-            model: str,
-            version: str,
-            action: str,
-            reason: str,
-            serving: dict[str, str | None] | None = None,
-        ) -> dict[str, Any]: ...
-        async def _record(
-            self,
-            actor: Principal,
-            action: str,
-            model: str,
-            before: str | None,
-            after: str,
-            reason: str,
-            *,
-            field: str = "active",
-            serving: dict[str, str | None] | None = None,
-        ) -> None: ...
+    def __init__(
+        self,
+        store: ReleaseStore,
+        audit: AuditWriter,
+        board: Switchboard,
+        preflight: Preflight,
+        clock: Callable[[], float],
+        on_abort: Callable[[str, str], None] | None = None,
+    ) -> None:
+        """`on_abort` is told (model, version) of each automatic abort: the metrics count them."""
+        self._store = store
+        self._audit = audit
+        self._board = board
+        self._preflight = preflight
+        self._clock = clock
+        self._on_abort = on_abort
+        self.monitor = CanaryMonitor()
+        self._aborting: set[str] = set()
 
     def observe(self, model: str, outcome: Outcome) -> None:
         """One finished request; ends the canary (once) when its candidate breaches a threshold."""
-        self.canary_monitor.observe(model, outcome)
-        canary = self.active.canaries.get(model)
+        self.monitor.observe(model, outcome)
+        canary = self._board.active.canaries.get(model)
         if canary is None or model in self._aborting:
             return
-        breach = self.canary_monitor.breach(model, canary.settings)
+        breach = self.monitor.breach(model, canary.settings)
         if breach:
             self._aborting.add(model)
             task = asyncio.get_running_loop().create_task(self._abort(model, breach))
@@ -95,27 +70,27 @@ class CanaryOps:
 
     async def _abort(self, model: str, breach: str) -> None:
         try:
-            ended = await self.end_canary("canary-monitor", model, f"automatic rollback: {breach}")
+            ended = await self.end("canary-monitor", model, f"automatic rollback: {breach}")
         except GatewayError as error:  # store down or racing switch: the next request tries again
             log.warning("could not end the canary of %s: %s", model, error.message)
             return
         if ended["changed"]:
             log.warning("canary %s of %s ended automatically: %s", ended["version"], model, breach)
-            if self.on_canary_abort is not None:
-                self.on_canary_abort(model, ended["version"])
+            if self._on_abort is not None:
+                self._on_abort(model, ended["version"])
 
     # --- records ------------------------------------------------------------------------------
 
-    async def start_canary(
-        self, actor: Principal, model: str, version: str, settings: CanarySettings
-    ) -> dict[str, Any]:
+    async def start(self, actor: Principal, model: str, version: str, settings: CanarySettings) -> dict[str, Any]:
         """Send `settings.share` of new requests to `version` after the same preflight as a promotion."""
         actor.require(Scope.ADMIN)
-        record = await self.release(model, version)
+        record = await self._board.release(model, version)
         active, generation = await self._store.release_active(model)
         if active is None or active == version:
             raise InvalidRequest(f"a canary needs an active release other than {version}", param="version")
-        await self._checked(actor, "release.canary.start", record, self.preflight(record, run_evals=True, actor=actor))
+        await self._board.checked(
+            actor, "release.canary.start", record, self._preflight(record, run_evals=True, actor=actor)
+        )
         now = self._clock()
         canary = Canary(settings, version, baseline=active, started_at=now, by=actor.key_id)
         if settings.steps:
@@ -123,23 +98,23 @@ class CanaryOps:
         won, new_generation = await self._store.release_set_canary(model, canary, generation)
         if not won:
             raise Conflict(f"{model}: the active release changed; try again")
-        self.canary_monitor.reset(model)
-        await self.refresh(model)
+        self.monitor.reset(model)
+        await self._board.refresh(model)
         reason = str(settings.to_dict())  # the settings as the operator sent them
-        await self._record(actor, "release.canary.start", model, active, version, reason, field="canary")
+        await self._board.record(actor, "release.canary.start", model, active, version, reason, field="canary")
         return {"model": model, "canary": canary.to_dict(), "generation": new_generation}
 
-    async def canary_status(self, model: str) -> dict[str, Any]:
-        self._group(model)
+    async def status(self, model: str) -> dict[str, Any]:
+        self._board.group(model)
         canary = await self._store.release_canary(model)
-        stats = self.canary_monitor.stats(model, canary.settings) if canary else None
+        stats = self.monitor.stats(model, canary.settings) if canary else None
         view = None if canary is None else canary.to_dict()
         return {"model": model, "canary": view, "stats": stats, "replica_view": "this replica's requests only"}
 
-    async def advance_canaries(self) -> None:
+    async def advance(self) -> None:
         """Move each stepped canary whose current step passed a clean window up one step; the last
         step promotes. Called by every replica's watcher; the store's compare-and-set picks one."""
-        for model, canary in list(self.active.canaries.items()):
+        for model, canary in list(self._board.active.canaries.items()):
             settings = canary.settings
             if not settings.steps or canary.step_started_at is None or model in self._aborting:
                 continue
@@ -148,7 +123,7 @@ class CanaryOps:
                 continue
             # The monitor's clock is monotonic; the window's start is wall time: compare ages.
             seen_since = time.monotonic() - (self._clock() - step_started)
-            if self.canary_monitor.candidate_requests(model, seen_since) < settings.min_requests:
+            if self.monitor.candidate_requests(model, seen_since) < settings.min_requests:
                 continue
             try:
                 await self._next_step(model, canary)
@@ -161,13 +136,13 @@ class CanaryOps:
         _, generation = await self._store.release_active(model)
         if step >= len(steps) or float(steps[step]) >= 1.0:
             reason = f"canary passed every step ({', '.join(f'{float(s):g}' for s in steps)})"
-            await self._switch(_CANARY_DRIVER, model, canary.version, "release.canary.promote", reason)
+            await self._board.switch(_CANARY_DRIVER, model, canary.version, "release.canary.promote", reason)
             return
         moved_settings = replace(settings, share=float(steps[step]))
         moved = replace(canary, settings=moved_settings, step=step, step_started_at=self._clock())
         won, _ = await self._store.release_set_canary(model, moved, generation)
         if won:
-            await self.refresh(model)
+            await self._board.refresh(model)
             await self._audit.submit(
                 {
                     "kind": "admin",
@@ -181,7 +156,7 @@ class CanaryOps:
                 }
             )
 
-    async def end_canary(self, actor_key_id: str, model: str, reason: str) -> dict[str, Any]:
+    async def end(self, actor_key_id: str, model: str, reason: str) -> dict[str, Any]:
         """Stop sending traffic to the candidate (an automatic rollback when a threshold was breached)."""
         for _ in range(5):
             canary = await self._store.release_canary(model)
@@ -190,7 +165,7 @@ class CanaryOps:
             _, generation = await self._store.release_active(model)
             won, _ = await self._store.release_set_canary(model, None, generation)
             if won:
-                await self.refresh(model)
+                await self._board.refresh(model)
                 await self._audit.submit({"kind": "admin", "action": "release.canary.rollback", "actor": actor_key_id,
                                           "tenant": None, "target": f"{model}@{canary.version}",
                                           "before": {"canary": canary.version}, "after": {"canary": None},
