@@ -48,7 +48,7 @@ async def put_key(store: EmbeddedStore, scopes: tuple[str, ...] = ("chat",), **f
         models=(),
         limits=Limits(),
         created_at=0.0,
-        **fields,  # type: ignore[arg-type]
+        **fields,
     )
     await store.put_key(record)
     return secret, record
