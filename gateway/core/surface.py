@@ -107,6 +107,3 @@ class Surfaces:
 
     def named(self, name: str) -> Surface | None:
         return self._by_name.get(name)
-
-    def __iter__(self) -> Any:
-        return iter(self._by_name.values())
