@@ -18,7 +18,6 @@ request holds far more memory than its record).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import hmac
 import logging
@@ -203,6 +202,9 @@ class AuditWriter:
         self._shutdown_wait_s = shutdown_wait_s
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        # Cancelling the task is not enough: a store call may absorb the cancellation (a Redis
+        # call cancelled mid-flush did), and the loop would wait for the next record forever.
+        self._stopping = False
         self._head: AuditHead | None = None
         # A batch whose append failed without an answer: Redis may have run it all the same.
         self._unsure: list[AuditRecord] | None = None
@@ -248,15 +250,21 @@ class AuditWriter:
             self._room.set()
 
     def start(self) -> None:
+        self._stopping = False
         self._task = asyncio.create_task(self._run(), name="audit-writer")
 
     async def stop(self) -> None:
         """Flush what is queued, waiting up to `shutdown_wait_s` for the store; what still cannot
         be written is counted as lost and logged record by record (recoverable from the log)."""
         if self._task is not None:
+            self._stopping = True
+            self._wakeup.set()
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            try:
                 await self._task
+            except asyncio.CancelledError:
+                if _current_task_cancelling():  # our caller's cancellation, not the task's: pass it on
+                    raise
             self._task = None
         deadline = time.monotonic() + self._shutdown_wait_s
         delay = _BACKOFF_S[0]
@@ -310,7 +318,7 @@ class AuditWriter:
     async def _run(self) -> None:
         delay = _BACKOFF_S[0]
         last_log = -_LOG_EVERY_S
-        while True:
+        while not self._stopping:
             await self._wakeup.wait()
             self._wakeup.clear()
             try:
@@ -410,6 +418,11 @@ class AuditWriter:
             "original_kind": _plain(body.get("kind")),
             "error": f"the record could not be encoded: {error}",
         }
+
+
+def _current_task_cancelling() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def _plain(value: Any) -> str | None:

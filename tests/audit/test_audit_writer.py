@@ -7,6 +7,7 @@ Real stores only: the embedded SQLite store, and a private redis-server the test
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import time
@@ -259,3 +260,36 @@ async def test_records_that_arrive_while_a_batch_is_written_wait_for_the_next_fl
         await writer.stop()  # writes what is left, whatever the interval
     assert batches == [1, 2]
     assert [r["request_id"] for r in await records(embedded)] == ["first", "second", "third"]
+
+
+class CancelAbsorbingStore(EmbeddedStore):
+    """A real store whose append, once, absorbs the cancellation it is waiting in, as a Redis call
+    cancelled mid-flush did (tests/e2e/test_quota_exactness.py hung at shutdown on it)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(EmbeddedStoreSettings(path=path))
+        self.appending = asyncio.Event()
+        self._absorbed = False
+
+    async def audit_append(self, head: AuditHead, records: list[AuditRecord]) -> bool:
+        if not self._absorbed:
+            self._absorbed = True
+            self.appending.set()
+            with contextlib.suppress(asyncio.CancelledError):  # absorbed: the append goes on
+                await asyncio.Event().wait()
+        return await super().audit_append(head, records)
+
+
+async def test_stop_returns_and_flushes_when_a_store_call_absorbs_the_cancellation(tmp_path: Path) -> None:
+    store = CancelAbsorbingStore(tmp_path / "data")
+    writer = writer_for(store)
+    writer.start()
+    try:
+        writer.record({"kind": "request", "request_id": "in-flight"})
+        await asyncio.wait_for(store.appending.wait(), 10)
+        stopping = asyncio.create_task(writer.stop())
+        done, _ = await asyncio.wait({stopping}, timeout=10)  # on main it waited forever: the task lived on
+        assert stopping in done, "stop() did not return"
+        assert [r["request_id"] for r in await records(store)] == ["in-flight"]
+    finally:
+        await store.aclose()
