@@ -29,7 +29,7 @@ T = TypeVar("T")
 
 def _with_service(work: Callable[[ReleaseService, CliContext], Awaitable[T]]) -> Callable[[CliContext], Awaitable[T]]:
     async def wrapped(ctx: CliContext) -> T:
-        from gateway.app import build_router  # the deployments, to check their health
+        from gateway.assembly.foundation import build_router  # the deployments, to check their health
 
         router = build_router(ctx.settings)
         deployments = [d for group in router.groups.values() for d in group.deployments]

@@ -22,7 +22,7 @@ import redis
 import yaml
 from click.testing import CliRunner, Result
 
-from gateway.app import build_audit_writer
+from gateway.assembly.foundation import build_audit_writer
 from gateway.cli.main import cli
 from gateway.settings import load_settings
 from gateway.store.factory import open_store

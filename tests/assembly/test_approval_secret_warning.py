@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from gateway.app import approval_secret
+from gateway.assembly.tools import approval_secret
 from gateway.settings import parse_settings
 
 MODELS = [{"name": "m", "deployments": [{"name": "d", "api_base": "http://127.0.0.1:9/v1", "model": "m"}]}]
