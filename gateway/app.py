@@ -32,6 +32,7 @@ from gateway.http.requests import ParseRequest
 from gateway.pipeline import Call, Handler, Meter, Stage, compose
 from gateway.settings import OpenApiExposure, Settings
 from gateway.surfaces.chat_completions import ChatCompletions
+from gateway.surfaces.responses import Responses
 from gateway.telemetry.providers import Telemetry
 from gateway.telemetry.stage import TraceRequests
 
@@ -81,13 +82,15 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
         tools.collect_approval,
     ]
     # The APIs clients speak: translators at the edge (gateway/core/surface.py).
-    chat = ChatCompletions()
-    sessions = build_sessions(settings, base, access, compose(takeover_stages, call), Surfaces([chat]))
+    chat, responses = ChatCompletions(), Responses()
+    sessions = build_sessions(settings, base, access, compose(takeover_stages, call), Surfaces([chat, responses]))
     stages = request_path(access.authenticate, [access.quota])
     if sessions.claim_session is not None:
         stages.append(sessions.claim_session)
     pipeline = compose(stages, call)
-    openai_api = OpenAIApi(pipeline, access.authenticator, sessions.manager, access.tenancy, settings.server, chat)
+    openai_api = OpenAIApi(
+        pipeline, access.authenticator, sessions.manager, access.tenancy, settings.server, chat, [responses]
+    )
     health_api = HealthApi(
         base.router, base.store, base.audit, base.epoch, tools.tool_servers, releases.checkpoint_problems
     )

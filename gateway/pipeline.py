@@ -104,6 +104,7 @@ class RequestContext:
     body: dict[str, Any] = field(default_factory=dict)
     stream: bool = False
     include_usage: bool = False
+    echo: Mapping[str, Any] = field(default_factory=dict)  # the surface's, for its answer (ParsedRequest.echo)
 
     # TraceRequests (telemetry/stage.py).
     trace: Trace = field(default_factory=Untraced)  # inert without the tracing stage

@@ -38,13 +38,48 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         lane = _LANES.get(parts[0]) if len(parts) > 1 else None
         if lane is not None:
             item.add_marker(lane)
-        if parts[0] == "vllm" and len(parts) > 1:
-            # Under pytest-xdist (`--dist loadgroup`), one worker runs every vLLM test: the engines
-            # are session fixtures, started once, and two sets of them would not fit two cores.
-            item.add_marker(pytest.mark.xdist_group("vllm"))
+        group = _worker_group(item, parts)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
     # The vLLM tests first: on their one worker they are the longest run of the suite (engines start
-    # in minutes), so they start at once while the other workers share out the rest.
-    items.sort(key=lambda item: item.get_closest_marker("vllm") is None)
+    # in minutes), so they start at once while the other workers share out the rest; then the other
+    # groups, longest first, so that no worker is left with a long group at the end.
+    sizes: dict[str, int] = {}
+    for item in items:
+        group = _group_of(item)
+        if group is not None:
+            sizes[group] = sizes.get(group, 0) + 1
+
+    def order(item: pytest.Item) -> tuple[bool, int]:
+        group = _group_of(item)
+        return item.get_closest_marker("vllm") is None, -sizes[group] if group is not None else 0
+
+    items.sort(key=order)
+
+
+def _worker_group(item: pytest.Item, parts: tuple[str, ...]) -> str | None:
+    """What a test shares with others, so that under pytest-xdist (`--dist loadgroup`) it runs on
+    their worker and what they share starts once: the vLLM engines (session fixtures; two sets
+    would not fit two cores), the session's Redis Cluster, and a module-scoped fixture (a process,
+    a trained model), which would otherwise start once per worker that runs a test of the module."""
+    if parts[0] == "vllm" and len(parts) > 1:
+        return "vllm"
+    callspec = getattr(item, "callspec", None)
+    if "redis_cluster" in getattr(item, "fixturenames", ()) or (
+        callspec is not None and callspec.params.get("backing") == "cluster"
+    ):
+        return "redis-cluster"
+    info = getattr(item, "_fixtureinfo", None)
+    if info is not None:
+        for definitions in info.name2fixturedefs.values():
+            if definitions and definitions[-1].scope == "module":
+                return f"module:{'/'.join(parts)}"
+    return None
+
+
+def _group_of(item: pytest.Item) -> str | None:
+    mark = item.get_closest_marker("xdist_group")
+    return str(mark.args[0]) if mark is not None and mark.args else None
 
 
 @pytest.hookimpl(trylast=True)

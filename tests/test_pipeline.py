@@ -21,6 +21,7 @@ WRITERS: dict[str, set[str]] = {
     "model": {"http/requests.py"},
     "stream": {"http/requests.py"},
     "include_usage": {"http/requests.py"},
+    "echo": {"http/requests.py"},
     # Shared on purpose, rewritten in stage order (see RequestContext's docstring).
     "body": {
         "http/requests.py",

@@ -83,3 +83,14 @@ def test_the_releases_walkthrough_runs_as_written(tmp_path: Path) -> None:
     history = json.loads(ran.stdout[ran.stdout.rindex("\n{\n") :])
     assert history["active"] == "v1"
     assert [switch["to"] for switch in history["history"]][-2:] == ["v2", "v1"], history["history"]
+
+
+def test_the_responses_snippet_runs_as_written(sim_pair: list[Announced], tmp_path: Path) -> None:
+    snippet = readme_block("Responses API", language="python")
+    with running_gateway(tmp_path, gateway_config(deployment("a", sim_pair[0]))) as gateway:
+        code = snippet.replace("http://127.0.0.1:8080", gateway.url).replace("agw_...", gateway.key)
+        namespace: dict[str, Any] = {}
+        exec(compile(code, "README.md", "exec"), namespace)
+    assert namespace["response"].status == "incomplete"
+    assert namespace["final"].status == "completed"
+    assert namespace["final"].output_text

@@ -18,7 +18,7 @@ frames and continues it in the same form (`Surfaces.named`).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gateway.core.answer import Answer
@@ -34,6 +34,9 @@ class ParsedRequest:
     model: str
     stream: bool
     include_usage: bool  # a streamed answer ends with a usage event
+    # What the surface's answer repeats of the request (the Responses object echoes its
+    # parameters): opaque to the kernel, handed back to the surface in the AnswerHead.
+    echo: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +48,7 @@ class AnswerHead:
     model: str
     include_usage: bool
     resumed: tuple[str, int] | None = None  # (text, chunks) already sent, when taking a stream over
+    echo: Mapping[str, Any] = field(default_factory=dict)  # ParsedRequest.echo
 
 
 class AnswerWriter(Protocol):
@@ -67,6 +71,17 @@ class Surface(Protocol):
     @property
     def path(self) -> str:
         """The route it is served on (`POST` only)."""
+        ...
+
+    @property
+    def id_prefix(self) -> str:
+        """What its answers' ids start with (`chatcmpl-`, `resp_`)."""
+        ...
+
+    @property
+    def checkpointed(self) -> bool:
+        """Whether its streams go through a session's log (reconnect with `Last-Event-ID`, and
+        takeover by another replica), or are written to their one connection only."""
         ...
 
     @property

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -61,7 +61,9 @@ class OpenAIApi:
         tenancy: ModelTenancy,
         server: ServerSettings,
         chat: ChatCompletions,
+        others: Sequence[Surface] = (),
     ) -> None:
+        """`others`: the surfaces besides chat completions, each served on its own path."""
         self.pipeline = pipeline
         self._authenticator = authenticator
         self._sessions = sessions
@@ -69,23 +71,28 @@ class OpenAIApi:
         self._server = server
         self._ids = RandomIds()
         self.chat = chat
+        self._others = tuple(others)
 
     def routes(self) -> list[BaseRoute]:
         return [
             Route(CHAT_COMPLETIONS, self.chat_completions, methods=["POST"]),
+            *(
+                Route(surface.path, functools.partial(self.answer, surface=surface), methods=["POST"])
+                for surface in self._others
+            ),
             Route("/v1/models", self.list_models, methods=["GET"]),
         ]
 
     async def chat_completions(self, request: Request) -> Response:
-        return await self.answer(request, self.chat, f"chatcmpl-{self._ids.hex()}")
+        return await self.answer(request, self.chat)
 
-    async def answer(self, request: Request, surface: Surface, answer_id: str) -> Response:
+    async def answer(self, request: Request, surface: Surface) -> Response:
         """One request of `surface`'s through the pipeline: a GatewayError before the answer's
         first chunk is raised, for the caller to render in the surface's error shape."""
         headers = header_map(request.scope)
         ctx = RequestContext(
             request_id=request_id_from(headers, self._ids),
-            completion_id=answer_id,
+            completion_id=f"{surface.id_prefix}{self._ids.hex()}",
             surface=surface,
             client=request.client.host if request.client else "",
             headers=headers,
@@ -107,7 +114,7 @@ class OpenAIApi:
             return StreamedResponse(body, media_type="application/json", headers=sent)
         if not ctx.stream:
             return await _collect(ctx, first, chunks, sent, self._sessions)
-        if self._sessions is None or ctx.session_unresumable:
+        if self._sessions is None or ctx.session_unresumable or not surface.checkpointed:
             frames = _sse_stream(ctx, first, chunks)  # nothing to checkpoint to: this connection only
         else:
             # The response is generated in its own task, so it survives this connection.

@@ -59,6 +59,7 @@ class ParseRequest:
         ctx.model = parsed.model
         ctx.stream = parsed.stream
         ctx.include_usage = parsed.include_usage
+        ctx.echo = parsed.echo
         async with contextlib.aclosing(call_next(ctx)) as chunks:
             async for chunk in chunks:
                 yield chunk

@@ -100,6 +100,8 @@ class ChatCompletions:
 
     name = "chat.completions"
     path = CHAT_COMPLETIONS
+    id_prefix = "chatcmpl-"
+    checkpointed = True
     done = _DONE
 
     def parse(self, body: bytes, max_json_depth: int) -> ParsedRequest:

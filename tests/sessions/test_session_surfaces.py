@@ -17,9 +17,9 @@ async def test_a_session_of_a_surface_this_replica_does_not_serve_is_not_resumab
     tmp_path: Path,
 ) -> None:
     async with served(tmp_path) as (http, chat_key):
-        write_raw(tmp_path, INSERT_SESSION, orjson.dumps({**STATE, "surface": "responses"}), FAR)
+        write_raw(tmp_path, INSERT_SESSION, orjson.dumps({**STATE, "surface": "some.later.api"}), FAR)
         reply = await http.get("/v1/sessions/s1/stream", headers={"authorization": f"Bearer {chat_key}"})
     assert reply.status_code == 409, reply.text
     error = reply.json()["error"]
     assert error["code"] == "session_not_resumable"
-    assert "'responses' API" in error["message"]
+    assert "'some.later.api' API" in error["message"]

@@ -1,0 +1,63 @@
+"""Property-based fuzzing of POST /v1/responses against a served gateway (issue 31): no answer is
+a 5xx or an in-band internal error, none hangs past a bound, and afterwards the audit chain
+verifies and no quota lease is left behind, as for the chat endpoint (test_fuzz_chat.py)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from common.processes import Announced
+from testkit.procs import Gateway, deployment, gateway_config, policy_file, running_gateway
+from tests.security.helpers import SECURITY_POLICY
+from tests.security.responses_strategies import RESPONSES_BODY
+from tests.security.test_fuzz_chat import (
+    CASES,
+    CONCURRENCY,
+    REQUEST_TIMEOUT_S,
+    Tally,
+    _assert_consistent_afterwards,
+    _run,
+)
+
+
+@pytest.fixture(scope="module")
+def fuzzed(sim_pair: list[Announced], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    path: Path = tmp_path_factory.mktemp("fuzz-responses")
+    config = gateway_config(deployment("a", sim_pair[0]), tools={"policy_file": policy_file(path, SECURITY_POLICY)})
+    with running_gateway(path, config) as running:
+        _, running.key = running.create_key(max_concurrency=CONCURRENCY, rpm=100_000)
+        yield running
+
+
+def test_fuzz_responses_never_5xx(
+    fuzzed: Gateway, record_property: Callable[[str, Any], None], capsys: pytest.CaptureFixture[str]
+) -> None:
+    tally = Tally()
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {fuzzed.key}"}
+
+    @given(body=RESPONSES_BODY | st.binary(max_size=300).map(lambda raw: ("raw", raw)))
+    def case(body: Any) -> None:
+        # json.dumps, not orjson: NaN, Infinity and lone surrogates must reach the gateway as they are.
+        content = body[1] if isinstance(body, tuple) else json.dumps(body).encode("utf-8", "surrogatepass")
+        with httpx.Client(timeout=REQUEST_TIMEOUT_S) as client:
+            reply = client.post(f"{fuzzed.url}/v1/responses", content=content, headers=headers)
+        tally.check(reply, repr(content[:300]))
+
+    try:
+        _run(case)
+    finally:
+        with capsys.disabled():  # the figures show in every run, not only with -s
+            print(f"\nfuzz responses: {tally.cases} cases, {len(tally.server_errors)} 5xx, {dict(tally.statuses)}")
+        record_property("fuzz_responses_cases", tally.cases)
+        record_property("fuzz_responses_5xx", len(tally.server_errors))
+    assert tally.server_errors == []
+    assert tally.cases >= CASES // 2
+    _assert_consistent_afterwards(fuzzed)

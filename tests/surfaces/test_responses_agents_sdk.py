@@ -1,0 +1,59 @@
+"""The OpenAI Agents SDK with its default model provider, which speaks the Responses API: the
+agent is configured by `OPENAI_BASE_URL` and `OPENAI_API_KEY` alone (issue 31). Each run takes a
+new instance of the SDK's default provider (`MultiProvider`, what `Runner` uses when given none),
+so that it reads the environment these tests set; the tests share one event loop, because the
+provider's HTTP client is one per process and holds the loop it was first used in."""
+
+from __future__ import annotations
+
+import pytest
+
+from testkit.procs import Gateway
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+async def test_an_agent_on_the_default_provider_runs_its_tool_and_answers(
+    gateway: Gateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Imported here: the SDK takes seconds to import, in every process that collects the tests.
+    from agents import Agent, MultiProvider, RunConfig, Runner, function_tool, set_tracing_disabled
+
+    monkeypatch.setenv("OPENAI_BASE_URL", f"{gateway.url}/v1")
+    monkeypatch.setenv("OPENAI_API_KEY", gateway.key)
+    set_tracing_disabled(True)  # the SDK would otherwise export traces to OpenAI
+    calls: list[tuple[str, int]] = []
+
+    @function_tool
+    def get_weather(city: str, days: int) -> str:
+        """Current weather."""
+        calls.append((city, days))
+        return f"sunny in {city}"
+
+    agent = Agent(name="forecaster", instructions="Answer with the weather.", model="sim-model", tools=[get_weather])
+    config = RunConfig(model_provider=MultiProvider())
+    result = await Runner.run(agent, "What is the weather?", max_turns=4, run_config=config)
+    assert len(calls) == 1
+    assert str(result.final_output).startswith(f"The tool said: sunny in {calls[0][0]}")
+
+
+async def test_a_streamed_agent_run_on_the_default_provider_ends_the_same(
+    gateway: Gateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agents import Agent, MultiProvider, RunConfig, Runner, function_tool, set_tracing_disabled
+
+    monkeypatch.setenv("OPENAI_BASE_URL", f"{gateway.url}/v1")
+    monkeypatch.setenv("OPENAI_API_KEY", gateway.key)
+    set_tracing_disabled(True)
+
+    @function_tool
+    def get_weather(city: str, days: int) -> str:
+        """Current weather."""
+        return f"rain in {city} for {days} days"
+
+    agent = Agent(name="forecaster", instructions="Answer with the weather.", model="sim-model", tools=[get_weather])
+    config = RunConfig(model_provider=MultiProvider())
+    run = Runner.run_streamed(agent, "What is the weather?", max_turns=4, run_config=config)
+    kinds = [event.type async for event in run.stream_events()]
+    assert "raw_response_event" in kinds
+    assert str(run.final_output).startswith("The tool said: rain in ")
