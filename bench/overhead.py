@@ -197,6 +197,8 @@ def measure(options: Options, peers: Peers) -> Outcome:
             PathUnderTest("direct", upstream.url, None),
             PathUnderTest("floor", floor.url, floor),
             PathUnderTest("gateway", gateway.url, gateway, gateway_key),
+            # The same gateway on the Responses API: what translating at the edge costs.
+            PathUnderTest("gateway-responses", gateway.url, gateway, gateway_key, api="responses"),
         ]
         master_key = "sk-bench-" + secrets.token_hex(16)
         litellm, reason = _start_litellm_or_none(workdir, peers.litellm, upstream, master_key)

@@ -22,7 +22,8 @@ from typing import cast
 import httptools
 
 # One match per SSE event whose delta carries non-empty text; allows a space after the colon.
-_CONTENT = re.compile(rb'"content":\s*"(?!")')
+CHAT_CONTENT = re.compile(rb'"content":\s*"(?!")')  # a chat chunk with text
+RESPONSES_CONTENT = re.compile(rb'"type":"response\.output_text\.delta"')  # a Responses text delta
 _EVENT_END = b"\n\n"
 
 
@@ -40,6 +41,7 @@ class Spec:
     stream: bool
     expect_chunks: int  # content chunks a correct stream has
     expect_text: bytes  # text a correct non-streaming body contains
+    content: re.Pattern[bytes] = CHAT_CONTENT  # one match per content chunk of a stream
 
 
 def render_request(
@@ -71,6 +73,7 @@ class _Client(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._stream = False
+        self._content = CHAT_CONTENT
         self._started = 0.0
         self._now = 0.0
         self._pending = b""
@@ -107,7 +110,7 @@ class _Client(asyncio.Protocol):
             self._pending = pending
             return
         complete, self._pending = pending[: end + 2], pending[end + 2 :]
-        found = len(_CONTENT.findall(complete))
+        found = len(self._content.findall(complete))
         if found:
             self.chunk_times.extend([self._now - self._started] * found)
 
@@ -121,13 +124,14 @@ class _Client(asyncio.Protocol):
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_exception(exc)
 
-    async def send(self, request: bytes, stream: bool) -> float:
+    async def send(self, request: bytes, stream: bool, content: re.Pattern[bytes] = CHAT_CONTENT) -> float:
         """Send one request and wait for its whole response; return its latency in seconds."""
         if self.transport is None or not self.reusable:
             raise RequestFailed("connection not reusable")
         loop = asyncio.get_running_loop()
         self._waiter = loop.create_future()
         self._stream, self._pending, self.body, self.chunk_times = stream, b"", [], []
+        self._content = content
         self._started = time.perf_counter()
         self.transport.write(request)
         await self._waiter
@@ -194,7 +198,7 @@ class Pool:
                 async with asyncio.timeout(self._timeout_s):
                     if not client.reusable:
                         client = self._clients[index] = await _connect(self._spec.host, self._spec.port)
-                    latency = await client.send(self._spec.request, self._spec.stream)
+                    latency = await client.send(self._spec.request, self._spec.stream, self._spec.content)
                 _check(client, self._spec)
             except (RequestFailed, OSError, TimeoutError) as exc:
                 window.errors[str(exc)[:120] or type(exc).__name__] += 1

@@ -133,6 +133,9 @@ def ratios(table: Sequence[Row], scenarios: Sequence[Scenario]) -> list[Ratio]:
             result.append(
                 _ratio(f"c={high} {kind}: gateway CPU ms per request", cpu, at_most=0.8 if scenario.stream else 0.7)
             )
+            # Issue 31: the Responses surface costs at most 15% more CPU per request than chat.
+            surface = _quotient(_field(_find(table, scenario, "gateway-responses"), "cpu_ms_per_req"), cpu)
+            result.append(_ratio(f"c={high} {kind}: CPU per request, Responses / chat", surface, at_most=1.15))
         if scenario.stream and scenario.concurrency == low:
             gap = _field(ours, "added_gap_ms")
             result.append(_ratio(f"c={low} streaming: gateway per-chunk overhead (ms)", gap, at_most=0.1))

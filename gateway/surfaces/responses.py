@@ -86,8 +86,13 @@ def message_item(item_id: str, text: str, status: str) -> dict[str, Any]:
     }
 
 
-def call_item(item_id: str, call_id: str, name: str, arguments: str, status: str) -> dict[str, Any]:
+def call_item(
+    item_id: str, call_id: str, name: str, arguments: str, status: str, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """`extra`: what the gateway adds to a call (an approved call's `approval_id` and
+    `approval_token`, which the agent sends back with the call's output)."""
     return {
+        **(extra or {}),
         "id": item_id,
         "type": "function_call",
         "status": status,
@@ -104,6 +109,7 @@ class _OpenItem:
     text: list[str] = field(default_factory=list)  # a message's text, a call's arguments
     call_id: str = ""
     name: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class ResponsesWriter:
@@ -190,11 +196,13 @@ class ResponsesWriter:
             index = self._next_index()
             call = _OpenItem(index, f"fc_{self._suffix}_{index}", call_id=delta.id or f"call_{self._suffix}_{index}")
             call.name = delta.name or ""
+            call.extra.update(delta.extra)
             self._calls[delta.index] = call
-            item = call_item(call.item_id, call.call_id, call.name, "", "in_progress")
+            item = call_item(call.item_id, call.call_id, call.name, "", "in_progress", call.extra)
             events.append(self._event("response.output_item.added", output_index=index, item=item))
-        elif delta.name:
-            call.name += delta.name
+        else:
+            call.name += delta.name or ""
+            call.extra.update(delta.extra)
         if delta.arguments:
             call.text.append(delta.arguments)
             events.append(
@@ -226,7 +234,7 @@ class ResponsesWriter:
         events = self._close_message()
         for call in sorted(self._calls.values(), key=lambda c: c.output_index):
             arguments = "".join(call.text)
-            item = call_item(call.item_id, call.call_id, call.name, arguments, "completed")
+            item = call_item(call.item_id, call.call_id, call.name, arguments, "completed", call.extra)
             self._output.append(item)
             where = {"item_id": call.item_id, "output_index": call.output_index}
             events.append(self._event("response.function_call_arguments.done", **where, arguments=arguments))
@@ -262,10 +270,9 @@ class Responses:
         for call in answer.tool_calls:
             index = len(output)
             call_id = call["id"] or f"call_{suffix}_{index}"
-            function = call["function"]
-            output.append(
-                call_item(f"fc_{suffix}_{index}", call_id, function["name"], function["arguments"], "completed")
-            )
+            name, arguments = call["function"]["name"], call["function"]["arguments"]
+            extra = {k: v for k, v in call.items() if k not in ("id", "type", "function")}
+            output.append(call_item(f"fc_{suffix}_{index}", call_id, name, arguments, "completed", extra))
         status, incomplete = _status(answer.finish_reason)
         return response_object(head, status, output, usage, incomplete)
 

@@ -48,6 +48,7 @@ _NOT_YET = {
     "prompt": "stored prompts are not supported: send 'instructions' and 'input'",
     "background": "background responses are not supported yet",
 }
+_APPROVAL_FIELDS = ("approval_id", "approval_token")
 _MESSAGE_ROLES = frozenset({"user", "system", "developer", "assistant"})
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
 _TOOL_CHOICES = frozenset({"none", "auto", "required"})
@@ -164,6 +165,8 @@ class _Conversation:
                 "id": _field(item, "call_id", where),
                 "type": "function",
                 "function": {"name": _field(item, "name", where), "arguments": _field(item, "arguments", where)},
+                # An approved call's binding, as the gateway returned it: the tool policy checks it.
+                **{k: item[k] for k in _APPROVAL_FIELDS if k in item},
             }
             if self._calls is None:
                 self._calls = []

@@ -6,9 +6,14 @@ provider's HTTP client is one per process and holds the loop it was first used i
 
 from __future__ import annotations
 
+import asyncio
+import threading
+from typing import Any
+
 import pytest
 
 from testkit.procs import Gateway
+from tests.e2e.test_tool_policy import approve_when_pending
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -57,3 +62,34 @@ async def test_a_streamed_agent_run_on_the_default_provider_ends_the_same(
     kinds = [event.type async for event in run.stream_events()]
     assert "raw_response_event" in kinds
     assert str(run.final_output).startswith("The tool said: rain in ")
+
+
+async def test_an_agents_risky_call_waits_for_a_persons_approval_and_then_runs(
+    gateway: Gateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing in the agent knows about approvals: its model call waits while a person decides."""
+    from agents import Agent, MultiProvider, RunConfig, Runner, function_tool, set_tracing_disabled
+
+    monkeypatch.setenv("OPENAI_BASE_URL", f"{gateway.url}/v1")
+    monkeypatch.setenv("OPENAI_API_KEY", gateway.key)
+    set_tracing_disabled(True)
+    refunded: list[str] = []
+
+    @function_tool
+    def refund_payment(order_id: str) -> str:
+        """Refund an order."""
+        refunded.append(order_id)
+        return f"refunded {order_id}"
+
+    _, approver = gateway.create_key(scopes=["approver"])
+    decided: list[Any] = []
+    human = threading.Thread(target=approve_when_pending, args=(gateway, approver, "refund_payment", decided))
+    human.start()
+    agent = Agent(name="clerk", instructions="Refund what is asked.", model="sim-model", tools=[refund_payment])
+    config = RunConfig(model_provider=MultiProvider())
+    result = await Runner.run(agent, "Refund my last order.", max_turns=4, run_config=config)
+    await asyncio.to_thread(human.join, 30)
+    assert decided[0]["status"] == "approved"
+    assert len(refunded) == 1
+    assert decided[0]["arguments"] == {"order_id": refunded[0]} or refunded[0] in str(decided[0]["arguments"])
+    assert str(result.final_output).startswith(f"The tool said: refunded {refunded[0]}")
