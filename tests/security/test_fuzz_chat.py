@@ -114,16 +114,31 @@ def test_fuzz_chat_completions_never_5xx(
         headers = {"Content-Type": "application/json", **extra, **auth}
         tally.check(_send(fuzzed, headers, content), f"{headers} {content[:300]!r}")
 
+    run_and_report(case, tally, "chat", fuzzed, record_property, capsys)
+
+
+def run_and_report(
+    case: Callable[[], None],
+    tally: Tally,
+    name: str,
+    gateway: Gateway,
+    record_property: Callable[[str, Any], None],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Run the fuzzed `case`, print and record its figures, and check that no case was a 5xx and
+    that the gateway is consistent afterwards."""
     try:
         _run(case)
     finally:
         with capsys.disabled():  # the figures show in every run, not only with -s
-            print(f"\nfuzz chat: {tally.cases} cases, {len(tally.server_errors)} 5xx, statuses {dict(tally.statuses)}")
-        record_property("fuzz_chat_cases", tally.cases)
-        record_property("fuzz_chat_5xx", len(tally.server_errors))
+            print(
+                f"\nfuzz {name}: {tally.cases} cases, {len(tally.server_errors)} 5xx, statuses {dict(tally.statuses)}"
+            )
+        record_property(f"fuzz_{name}_cases", tally.cases)
+        record_property(f"fuzz_{name}_5xx", len(tally.server_errors))
     assert tally.server_errors == []
     assert tally.cases >= CASES // 2
-    _assert_consistent_afterwards(fuzzed)
+    _assert_consistent_afterwards(gateway)
 
 
 def _assert_consistent_afterwards(gateway: Gateway) -> None:

@@ -18,14 +18,7 @@ from common.processes import Announced
 from testkit.procs import Gateway, deployment, gateway_config, policy_file, running_gateway
 from tests.security.helpers import SECURITY_POLICY
 from tests.security.responses_strategies import RESPONSES_BODY
-from tests.security.test_fuzz_chat import (
-    CASES,
-    CONCURRENCY,
-    REQUEST_TIMEOUT_S,
-    Tally,
-    _assert_consistent_afterwards,
-    _run,
-)
+from tests.security.test_fuzz_chat import CONCURRENCY, REQUEST_TIMEOUT_S, Tally, run_and_report
 
 
 @pytest.fixture(scope="module")
@@ -51,13 +44,4 @@ def test_fuzz_responses_never_5xx(
             reply = client.post(f"{fuzzed.url}/v1/responses", content=content, headers=headers)
         tally.check(reply, repr(content[:300]))
 
-    try:
-        _run(case)
-    finally:
-        with capsys.disabled():  # the figures show in every run, not only with -s
-            print(f"\nfuzz responses: {tally.cases} cases, {len(tally.server_errors)} 5xx, {dict(tally.statuses)}")
-        record_property("fuzz_responses_cases", tally.cases)
-        record_property("fuzz_responses_5xx", len(tally.server_errors))
-    assert tally.server_errors == []
-    assert tally.cases >= CASES // 2
-    _assert_consistent_afterwards(fuzzed)
+    run_and_report(case, tally, "responses", fuzzed, record_property, capsys)

@@ -7,6 +7,7 @@ import pytest
 
 from common.processes import Announced
 from testkit.procs import Gateway, deployment, gateway_config, policy_file, running_gateway, start_sim
+from tests.e2e.test_tool_policy import POLICY
 
 
 @pytest.fixture(scope="module")
@@ -19,22 +20,11 @@ def quoting_sim() -> Iterator[Announced]:
         sim.stop()
 
 
-# get_weather runs at once; refund_payment waits for a person's approval.
-POLICY = """
-policies:
-  agent:
-    approval: {mode: wait, timeout_s: 20, ttl_s: 600}
-    tools:
-      - {name: get_weather, risk: low}
-      - {name: refund_payment, risk: high}
-bindings:
-  tenants: {acme: agent}
-"""
-
-
 @pytest.fixture(scope="module")
 def gateway(quoting_sim: Announced, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     path: Path = tmp_path_factory.mktemp("gateway")
-    config = gateway_config(deployment("a", quoting_sim), tools={"policy_file": policy_file(path, POLICY)})
+    config = gateway_config(
+        deployment("a", quoting_sim), tools={"policy_file": policy_file(path, POLICY)}
+    )  # refund_payment waits for a person
     with running_gateway(path, config) as served:
         yield served
