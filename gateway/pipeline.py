@@ -97,6 +97,7 @@ class RequestContext:
     created: int = field(default_factory=lambda: int(time.time()))
     started: float = field(default_factory=time.monotonic)
     resume: tuple[str, int] | None = None  # (text, chunks) already sent, when taking a session over
+    resumed_events: tuple[bytes, ...] = ()  # the event payloads already sent, then (the surface's)
     response_headers: dict[str, str] = field(default_factory=dict)
 
     # ParseRequest (http/requests.py), from what `surface` parsed; `body` shared as above.

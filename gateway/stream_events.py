@@ -23,7 +23,9 @@ from gateway.pipeline import RequestContext
 
 
 def answer_head(ctx: RequestContext) -> AnswerHead:
-    return AnswerHead(ctx.completion_id, ctx.created, ctx.model, ctx.include_usage, ctx.resume, ctx.echo)
+    return AnswerHead(
+        ctx.completion_id, ctx.created, ctx.model, ctx.include_usage, ctx.resume, ctx.echo, ctx.resumed_events
+    )
 
 
 class StreamEvents:

@@ -49,6 +49,9 @@ class AnswerHead:
     include_usage: bool
     resumed: tuple[str, int] | None = None  # (text, chunks) already sent, when taking a stream over
     echo: Mapping[str, Any] = field(default_factory=dict)  # ParsedRequest.echo
+    # When taking a stream over: the payloads the dead replica's writer had made, for a surface
+    # whose events carry state across the stream (Responses: sequence numbers, open items).
+    replayed: tuple[bytes, ...] = ()
 
 
 class AnswerWriter(Protocol):
@@ -76,12 +79,6 @@ class Surface(Protocol):
     @property
     def id_prefix(self) -> str:
         """What its answers' ids start with (`chatcmpl-`, `resp_`)."""
-        ...
-
-    @property
-    def checkpointed(self) -> bool:
-        """Whether its streams go through a session's log (reconnect with `Last-Event-ID`, and
-        takeover by another replica), or are written to their one connection only."""
         ...
 
     @property

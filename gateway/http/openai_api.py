@@ -114,7 +114,7 @@ class OpenAIApi:
             return StreamedResponse(body, media_type="application/json", headers=sent)
         if not ctx.stream:
             return await _collect(ctx, first, chunks, sent, self._sessions)
-        if self._sessions is None or ctx.session_unresumable or not surface.checkpointed:
+        if self._sessions is None or ctx.session_unresumable:
             frames = _sse_stream(ctx, first, chunks)  # nothing to checkpoint to: this connection only
         else:
             # The response is generated in its own task, so it survives this connection.

@@ -179,6 +179,7 @@ class Readers:
             session_id=session_id,
             # Nothing checkpointed yet: start afresh, role event included, so numbering matches.
             resume=(text, chunks_sent) if recorded else None,
+            resumed_events=tuple(payload for _, payload in recorded),
             release=state.release,
             deployments=frozenset(state.deployments) if state.deployments else None,
             quota_hold=state.quota,

@@ -101,7 +101,6 @@ class ChatCompletions:
     name = "chat.completions"
     path = CHAT_COMPLETIONS
     id_prefix = "chatcmpl-"
-    checkpointed = True
     done = _DONE
 
     def parse(self, body: bytes, max_json_depth: int) -> ParsedRequest:

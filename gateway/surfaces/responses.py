@@ -13,7 +13,7 @@ status, as on the chat endpoint.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
@@ -49,6 +49,25 @@ def _status(finish_reason: str | None) -> tuple[str, dict[str, str] | None]:
     return "completed", None
 
 
+# What a response object repeats of its request when nothing was asked (ParsedRequest.echo fills
+# the rest; an in-band error written from a stored session's state has only these).
+_ECHO_DEFAULTS: dict[str, Any] = {
+    "instructions": None,
+    "metadata": {},
+    "parallel_tool_calls": True,
+    "temperature": None,
+    "top_p": None,
+    "tool_choice": "auto",
+    "tools": [],
+    "text": {"format": {"type": "text"}},
+    "max_output_tokens": None,
+    "store": False,
+    "user": None,
+    "truncation": "disabled",
+    "reasoning": None,
+}
+
+
 def response_object(
     head: AnswerHead,
     status: str,
@@ -68,6 +87,7 @@ def response_object(
         "error": {"code": _error_code(error), "message": error.message} if error is not None else None,
         "incomplete_details": incomplete,
         "previous_response_id": None,
+        **_ECHO_DEFAULTS,
         **head.echo,
     }
 
@@ -102,6 +122,9 @@ def call_item(
     }
 
 
+_CALL_FIELDS = frozenset({"id", "type", "status", "call_id", "name", "arguments"})
+
+
 @dataclass(slots=True)
 class _OpenItem:
     output_index: int
@@ -125,6 +148,35 @@ class ResponsesWriter:
         self._message: _OpenItem | None = None
         self._calls: dict[int, _OpenItem] = {}  # by the model's tool-call index
         self._finish_reason: str | None = None
+        for payload in head.replayed:  # a stream taken over: go on from where the dead writer was
+            self._replay(orjson.loads(payload))
+
+    def _replay(self, event: dict[str, Any]) -> None:
+        """Take up the state an event this writer (on another replica) wrote leaves behind."""
+        kind, item = event.get("type"), event.get("item") or {}
+        self._seq = int(event.get("sequence_number", self._seq - 1)) + 1
+        if kind == "response.created":
+            self._started = True
+            response = event.get("response") or {}
+            self._head = replace(self._head, echo={k: response[k] for k in _ECHO_DEFAULTS if k in response})
+        elif kind == "response.output_item.added" and item.get("type") == "message":
+            self._message = _OpenItem(int(event["output_index"]), str(item["id"]))
+        elif kind == "response.output_item.added":
+            extra = {k: v for k, v in item.items() if k not in _CALL_FIELDS}
+            call = _OpenItem(int(event["output_index"]), str(item["id"]), [], item["call_id"], item["name"], extra)
+            self._calls[len(self._calls)] = call
+        elif kind == "response.output_text.delta" and self._message is not None:
+            self._message.text.append(str(event["delta"]))
+        elif kind == "response.function_call_arguments.delta":
+            for call in self._calls.values():
+                if call.item_id == event["item_id"]:
+                    call.text.append(str(event["delta"]))
+        elif kind == "response.output_item.done":
+            self._output.append(item)
+            if item.get("type") == "message":
+                self._message = None
+            else:
+                self._calls = {i: c for i, c in self._calls.items() if c.item_id != item.get("id")}
 
     def chunk(self, chunk: Chunk) -> list[bytes]:
         events = self._start()
@@ -248,9 +300,6 @@ class Responses:
 
     name = "responses"
     path = RESPONSES
-    # Not yet: a replica taking a response over would have to continue its item state and
-    # sequence numbers, which a session's checkpoint does not hold yet.
-    checkpointed = False
     id_prefix = "resp_"
     done = None  # the stream ends with its terminal response event
 
