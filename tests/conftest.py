@@ -156,6 +156,27 @@ def sim() -> Iterator[Announced]:
         process.stop()
 
 
+@pytest.fixture(scope="module")
+def slow_sim() -> Iterator[Announced]:
+    """A simulated backend of the module's own at 10 ms a token: a stream long enough to cut."""
+    process = start_sim("--tpot-ms", "10")
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+@pytest.fixture(scope="module")
+def echo_sim() -> Iterator[Announced]:
+    """A simulated backend of the module's own that answers a tool result by quoting it, so an
+    agent's final answer shows what its tool returned."""
+    process = start_sim("--echo-tool-results")
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
 @pytest.fixture(scope="session")
 def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
     """A real Redis Cluster on loopback (3 masters, a replica each), started once for the session

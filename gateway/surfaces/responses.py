@@ -24,7 +24,7 @@ from gateway.core.error_bodies import gateway_error_body
 from gateway.core.surface import AnswerHead, ParsedRequest
 from gateway.errors import GatewayError
 from gateway.surfaces.chat_request import decode_json, validate_chat_request
-from gateway.surfaces.responses_request import translate
+from gateway.surfaces.responses_request import ECHO_DEFAULTS, translate
 
 RESPONSES = "/v1/responses"
 
@@ -49,25 +49,6 @@ def _status(finish_reason: str | None) -> tuple[str, dict[str, str] | None]:
     return "completed", None
 
 
-# What a response object repeats of its request when nothing was asked (ParsedRequest.echo fills
-# the rest; an in-band error written from a stored session's state has only these).
-_ECHO_DEFAULTS: dict[str, Any] = {
-    "instructions": None,
-    "metadata": {},
-    "parallel_tool_calls": True,
-    "temperature": None,
-    "top_p": None,
-    "tool_choice": "auto",
-    "tools": [],
-    "text": {"format": {"type": "text"}},
-    "max_output_tokens": None,
-    "store": False,
-    "user": None,
-    "truncation": "disabled",
-    "reasoning": None,
-}
-
-
 def response_object(
     head: AnswerHead,
     status: str,
@@ -87,7 +68,7 @@ def response_object(
         "error": {"code": _error_code(error), "message": error.message} if error is not None else None,
         "incomplete_details": incomplete,
         "previous_response_id": None,
-        **_ECHO_DEFAULTS,
+        **ECHO_DEFAULTS,  # an in-band error written from a stored session's state has only these
         **head.echo,
     }
 
@@ -158,7 +139,7 @@ class ResponsesWriter:
         if kind == "response.created":
             self._started = True
             response = event.get("response") or {}
-            self._head = replace(self._head, echo={k: response[k] for k in _ECHO_DEFAULTS if k in response})
+            self._head = replace(self._head, echo={k: response[k] for k in ECHO_DEFAULTS if k in response})
         elif kind == "response.output_item.added" and item.get("type") == "message":
             self._message = _OpenItem(int(event["output_index"]), str(item["id"]))
         elif kind == "response.output_item.added":

@@ -305,30 +305,25 @@ def _reasoning_effort(reasoning: Any) -> str | None:
     return effort
 
 
-_ECHOED = (
-    "instructions",
-    "metadata",
-    "parallel_tool_calls",
-    "temperature",
-    "top_p",
-    "tool_choice",
-    "tools",
-    "text",
-    "max_output_tokens",
-    "store",
-    "user",
-    "truncation",
-    "reasoning",
-)
+# What a response object repeats of its request, and the value when the request did not say.
+ECHO_DEFAULTS: dict[str, Any] = {
+    "instructions": None,
+    "metadata": {},
+    "parallel_tool_calls": True,
+    "temperature": None,
+    "top_p": None,
+    "tool_choice": "auto",
+    "tools": [],
+    "text": {"format": {"type": "text"}},
+    "max_output_tokens": None,
+    "store": False,
+    "user": None,
+    "truncation": "disabled",
+    "reasoning": None,
+}
 
 
 def _echo(payload: dict[str, Any]) -> dict[str, Any]:
-    echo = {name: payload.get(name) for name in _ECHOED}
-    echo["parallel_tool_calls"] = payload.get("parallel_tool_calls", True)
-    echo["tool_choice"] = payload.get("tool_choice") or "auto"
-    echo["tools"] = payload.get("tools") or []
+    echo = {name: payload.get(name) for name in ECHO_DEFAULTS if payload.get(name) is not None}
     echo["store"] = False  # nothing is stored yet, whatever was asked: the response says so
-    echo["metadata"] = payload.get("metadata") or {}
-    echo["text"] = payload.get("text") or {"format": {"type": "text"}}
-    echo["truncation"] = payload.get("truncation") or "disabled"
     return echo

@@ -52,17 +52,6 @@ def wait_for(condition: object, what: str, timeout_s: float = 30.0) -> None:
 
 
 @pytest.fixture(scope="module")
-def slow_sim() -> Iterator[Announced]:
-    from testkit.procs import start_sim
-
-    sim = start_sim("--tpot-ms", "10")
-    try:
-        yield sim
-    finally:
-        sim.stop()
-
-
-@pytest.fixture(scope="module")
 def two_workers(slow_sim: Announced, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
     prefix = f"agw-test-{uuid.uuid4().hex[:12]}"
     config = gateway_config(deployment("a", slow_sim), store=redis_store_config(prefix))

@@ -26,7 +26,6 @@ from testkit.procs import (
     gateway_process,
     redis_store_config,
     running_gateway,
-    start_sim,
 )
 
 MAX_TOKENS = 30
@@ -81,15 +80,6 @@ def resume(gateway: Gateway, session_id: str, last_id: int) -> list[tuple[int, A
     reply = httpx.get(f"{gateway.url}/v1/sessions/{session_id}/stream", headers=headers, timeout=30)
     assert reply.status_code == 200, reply.text
     return parse(reply.text.splitlines())
-
-
-@pytest.fixture(scope="module")
-def slow_sim() -> Iterator[Announced]:
-    sim = start_sim("--tpot-ms", "10")
-    try:
-        yield sim
-    finally:
-        sim.stop()
 
 
 @pytest.fixture(scope="module", params=["embedded", "redis"])

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from common.processes import Announced, start_announcing
-from testkit.procs import Gateway, deployment, gateway_config, policy_file, running_gateway, start_sim
+from testkit.procs import Gateway, deployment, gateway_config, policy_file, running_gateway
 
 SECRET = "mcp-test-approval-secret-0123456789"
 POLICY = """
@@ -63,16 +63,6 @@ def mcp_config(upstream: Announced, tmp_path: Path, sim: Announced, **mcp: objec
         tools={"policy_file": policy_file(tmp_path, POLICY), "approval_secret": SECRET},
         mcp={"servers": servers, "progress_interval_s": 0.2, "max_result_bytes": 4096, **mcp},
     )
-
-
-@pytest.fixture(scope="module")
-def echo_sim() -> Iterator[Announced]:
-    """A sim that answers a tool result by quoting it, so an agent's final answer shows the result."""
-    sim = start_sim("--echo-tool-results")
-    try:
-        yield sim
-    finally:
-        sim.stop()
 
 
 @pytest.fixture(scope="module")

@@ -36,11 +36,11 @@ def backend_text(sim: Announced, max_tokens: int) -> str:
     return str(reply["choices"][0]["message"]["content"])
 
 
-async def test_a_response_carries_the_backends_answer_as_one_message(gateway: Gateway, quoting_sim: Announced) -> None:
+async def test_a_response_carries_the_backends_answer_as_one_message(gateway: Gateway, echo_sim: Announced) -> None:
     async with client(gateway) as sdk:
         response = await sdk.responses.create(model="sim-model", input=QUESTION, max_output_tokens=12)
     assert response.id.startswith("resp_")
-    assert response.output_text == backend_text(quoting_sim, 12)
+    assert response.output_text == backend_text(echo_sim, 12)
     assert [item.type for item in response.output] == ["message"]
     assert response.status == "incomplete"  # the 12 tokens ran out: the sim stopped for length
     assert response.incomplete_details is not None

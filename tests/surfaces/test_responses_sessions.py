@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import signal
 import uuid
-from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -25,20 +24,10 @@ from testkit.procs import (
     gateway_process,
     redis_store_config,
     running_gateway,
-    start_sim,
 )
 from tests.e2e.test_sessions import parse, resume
 
 BODY = {"model": "sim-model", "input": "a resumable answer", "max_output_tokens": 30, "stream": True}
-
-
-@pytest.fixture(scope="module")
-def slow_sim() -> Iterator[Announced]:
-    sim = start_sim("--tpot-ms", "10")
-    try:
-        yield sim
-    finally:
-        sim.stop()
 
 
 def whole_text(gateway: Gateway) -> str:
