@@ -29,6 +29,7 @@ from gateway.http.health import HealthApi
 from gateway.http.metrics_api import MetricsApi
 from gateway.http.openai_api import OpenAIApi
 from gateway.http.requests import ParseRequest
+from gateway.http.responses_api import ResponsesApi
 from gateway.pipeline import Call, Handler, Meter, Stage, compose
 from gateway.settings import OpenApiExposure, Settings
 from gateway.surfaces.chat_completions import ChatCompletions
@@ -94,7 +95,10 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
     health_api = HealthApi(
         base.router, base.store, base.audit, base.epoch, tools.tool_servers, releases.checkpoint_problems
     )
-    serving = Part(routes=[*openai_api.routes(), *health_api.routes(), *MetricsApi(base.telemetry.registry).routes()])
+    kept = ResponsesApi(sessions.manager, access.authenticator).routes() if sessions.manager is not None else []
+    serving = Part(
+        routes=[*openai_api.routes(), *kept, *health_api.routes(), *MetricsApi(base.telemetry.registry).routes()]
+    )
     parts = [serving, base.part, access.part, tools.part, releases.part, sessions.part]
     app = _app(settings, parts, access.authenticator)
     app.add_middleware(ChatCompletionsFirst, api=openai_api)

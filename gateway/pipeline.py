@@ -30,7 +30,7 @@ from typing import Any, Protocol, TypeVar
 from gateway.core.chunks import Chunk, Usage
 from gateway.core.principal import Principal
 from gateway.core.route_log import RouteLog
-from gateway.core.surface import Surface
+from gateway.core.surface import Continuity, Surface
 from gateway.routing.router import Router
 from gateway.routing.trace import RouteTrace, UntracedRoute
 from gateway.store.release_record import Release
@@ -106,6 +106,7 @@ class RequestContext:
     stream: bool = False
     include_usage: bool = False
     echo: Mapping[str, Any] = field(default_factory=dict)  # the surface's, for its answer (ParsedRequest.echo)
+    continuity: Continuity | None = None  # the kept answers it continues and makes (ParsedRequest.continuity)
 
     # TraceRequests (telemetry/stage.py).
     trace: Trace = field(default_factory=Untraced)  # inert without the tracing stage
@@ -122,6 +123,11 @@ class RequestContext:
     # AppendHistory: the store was down (sessions.on_store_error: serve_unresumable), so this
     # answer is served without a checkpoint and nothing of it is written to the session.
     session_unresumable: bool = False
+    # AppendHistory, for an answer kept as an object (Continuity.store): the conversation it ends
+    # (the continued answers' and this request's messages, without instructions) and its input
+    # items in the surface's form (the continued answers' input and output, then this request's).
+    conversation: tuple[dict[str, Any], ...] | None = None
+    kept_items: tuple[dict[str, Any], ...] = ()
 
     # Admit (quota/stage.py).
     estimated_prompt_tokens: int = 0

@@ -316,6 +316,10 @@ class SessionSettings(Frozen):
     checkpoint_every_events: int = Field(default=16, ge=1)
     checkpoint_interval_s: Seconds = 0.1
     resume_ttl_s: Seconds = Field(default=600.0, description="how long a session stays resumable")
+    kept_answer_ttl_s: Seconds = Field(
+        default=30 * 86400.0,
+        description="how long a kept answer (a Responses response with store: true) can be retrieved and continued",
+    )
     lease_ttl_s: Seconds = Field(default=5.0, description="a dead replica's streams are taken over after this")
     on_client_disconnect: DisconnectPolicy = DisconnectPolicy.CONTINUE
     # A request naming a session while the store is down: agents always name one, so the default

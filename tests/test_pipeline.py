@@ -21,7 +21,10 @@ WRITERS: dict[str, set[str]] = {
     "model": {"http/requests.py"},
     "stream": {"http/requests.py"},
     "include_usage": {"http/requests.py"},
-    "echo": {"http/requests.py"},
+    "echo": {"http/requests.py", "sessions/stage.py"},  # AppendHistory: store false when nothing is kept
+    "continuity": {"http/requests.py"},
+    "conversation": {"sessions/stage.py"},
+    "kept_items": {"sessions/stage.py"},
     # Shared on purpose, rewritten in stage order (see RequestContext's docstring).
     "body": {
         "http/requests.py",

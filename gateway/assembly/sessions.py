@@ -32,7 +32,7 @@ def build_sessions(
 ) -> Sessions:
     """`takeover` regenerates the rest of a dead replica's stream for the client resuming it."""
     config = settings.sessions
-    assign, append = AssignSession(config), AppendHistory(base.store, config.on_store_error)
+    assign, append = AssignSession(config), AppendHistory(base.store, config)
     if not config.enabled:
         return Sessions(None, assign, append, None, Part())
     replica_id = f"replica-{uuid.uuid4().hex[:12]}"

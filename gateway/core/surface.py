@@ -27,6 +27,20 @@ from gateway.errors import GatewayError
 
 
 @dataclass(frozen=True, slots=True)
+class Continuity:
+    """What a request asks of the answers kept before and after it, for a surface whose answers
+    are objects of their own (a Responses response, retrieved and continued by its id)."""
+
+    store: bool  # keep this answer: retrievable by its id, and continued by a later request
+    previous: str | None  # the id of a kept answer whose conversation this request goes on with
+    # How many leading messages of the body are this request's own setup (its instructions),
+    # not conversation: a later request continuing this one does not inherit them.
+    preamble: int
+    # The request's input in the surface's own form, each with an id: kept with the answer.
+    items: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class ParsedRequest:
     """A client's request in the kernel's form."""
 
@@ -37,6 +51,7 @@ class ParsedRequest:
     # What the surface's answer repeats of the request (the Responses object echoes its
     # parameters): opaque to the kernel, handed back to the surface in the AnswerHead.
     echo: Mapping[str, Any] = field(default_factory=dict)
+    continuity: Continuity | None = None  # None: the surface keeps no answers (chat completions)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +97,12 @@ class Surface(Protocol):
         ...
 
     @property
+    def answer_sessions(self) -> bool:
+        """Each answer is a session of its own, named by the answer's id (a Responses response is
+        retrieved, continued and resumed by its id); otherwise sessions are named by the client."""
+        ...
+
+    @property
     def done(self) -> bytes | None:
         """The payload of the event that ends every stream, if the surface has one (`[DONE]`)."""
         ...
@@ -108,6 +129,15 @@ class Surface(Protocol):
 
     def text_of(self, payload: bytes) -> str:
         """The assistant text an event carries ("" for other events)."""
+        ...
+
+    def answer_of(self, payload: bytes) -> dict[str, Any] | None:
+        """The answer object an event carries as it stood then (a Responses lifecycle event's
+        `response`): what a kept answer is retrieved as. None for other events and surfaces."""
+        ...
+
+    def answer_items(self, answer: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """A kept answer's output as input items, for the item history of a request continuing it."""
         ...
 
 

@@ -167,7 +167,7 @@ async def _collected(
             answer.add(chunk)
     body = ctx.surface.collected(answer_head(ctx), answer, ctx.usage)
     if sessions is not None:
-        sessions.remember(ctx, answer.message())
+        await sessions.remember(ctx, answer.message(), body)
     return dumps(body)
 
 

@@ -60,6 +60,7 @@ class ParseRequest:
         ctx.stream = parsed.stream
         ctx.include_usage = parsed.include_usage
         ctx.echo = parsed.echo
+        ctx.continuity = parsed.continuity
         async with contextlib.aclosing(call_next(ctx)) as chunks:
             async for chunk in chunks:
                 yield chunk

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from gateway.errors import StoreUnavailable
-from gateway.sessions.live import LiveSession, LiveSessions
+from gateway.sessions.live import LiveSession, LiveSessions, ttl_of
 from gateway.settings import SessionSettings
 from gateway.store.base import SessionCheckpoint, SessionStore
 
@@ -120,7 +120,7 @@ class Checkpointer:
         return SessionCheckpoint(
             tenant=live.tenant,
             session_id=live.session_id,
-            ttl_s=self._settings.resume_ttl_s,
+            ttl_s=ttl_of(live.state, self._settings),
             state=None if live.state_saved else live.state,
             events=pending,
             renew_owner=self._replica_id if renew else None,

@@ -16,6 +16,7 @@ from gateway.core.surface import Surface
 from gateway.errors import StoreCorrupt
 from gateway.pipeline import RequestContext
 from gateway.sessions.event_log import SessionLog
+from gateway.settings import SessionSettings
 from gateway.store.session_record import SessionState
 
 T = TypeVar("T")
@@ -53,7 +54,12 @@ def may_open(principal: Principal, state: SessionState) -> bool:
 
 
 def state_of(ctx: RequestContext, owner: str) -> SessionState:
-    """What a stream's resume and takeover need; the transcript only if the request opted in."""
+    """What a stream's resume and takeover need; the transcript only if the request opted in (or
+    its answer is kept, which needs its conversation for a request that continues it)."""
+    if ctx.conversation is not None:
+        transcript: tuple[dict[str, Any], ...] | None = ctx.conversation
+    else:
+        transcript = tuple(ctx.body.get("messages", [])) if ctx.keep_transcript else None
     return SessionState(
         request_id=ctx.request_id,
         quota=ctx.quota_hold,
@@ -68,9 +74,15 @@ def state_of(ctx: RequestContext, owner: str) -> SessionState:
         owner=owner,
         release=ctx.release,
         deployments=tuple(sorted(ctx.deployments)) if ctx.deployments is not None else None,
-        transcript=tuple(ctx.body.get("messages", [])) if ctx.keep_transcript else None,
+        transcript=transcript,
         surface=ctx.surface.name,
+        input_items=ctx.kept_items if ctx.conversation is not None else None,
     )
+
+
+def ttl_of(state: SessionState, settings: SessionSettings) -> float:
+    """How long the store keeps a session: a kept answer for its retention, others for resume."""
+    return settings.kept_answer_ttl_s if state.kept else settings.resume_ttl_s
 
 
 def takeover_fields(state: SessionState, session_id: str) -> tuple[str, int, str, dict[str, Any]]:

@@ -22,6 +22,7 @@ from gateway.core.surface import Surfaces
 from gateway.errors import NotFound
 from gateway.pipeline import Handler, RequestContext
 from gateway.sessions.checkpointer import Checkpointer
+from gateway.sessions.kept import KeptAnswer, KeptAnswers
 from gateway.sessions.live import LiveSession, LiveSessions, may_open
 from gateway.sessions.producer import Producer
 from gateway.sessions.resume import Readers
@@ -48,6 +49,7 @@ class SessionManager:
         self._producer = Producer(store, settings, replica_id, self._live)
         self._readers = Readers(store, settings, replica_id, self._live, self._producer, continue_stream, surfaces)
         self._unresumable = UnresumableMarks(store, settings, self._live)
+        self._kept = KeptAnswers(store, self._live, surfaces, max(1.0, 5 * settings.checkpoint_interval_s))
 
     # --- a new response -----------------------------------------------------------------------
     async def start(self, ctx: RequestContext, chunks: AsyncGenerator[Chunk, None]) -> LiveSession:
@@ -68,9 +70,10 @@ class SessionManager:
         """An answer served while the store was down: once it is back, a resume says so."""
         self._unresumable.mark(ctx)
 
-    def remember(self, ctx: RequestContext, message: dict[str, Any]) -> None:
-        """Keep a non-streamed answer's transcript (off the response path), if the request opted in."""
-        self._producer.remember(ctx, message)
+    async def remember(self, ctx: RequestContext, message: dict[str, Any], answer: dict[str, Any]) -> None:
+        """Keep a non-streamed answer's transcript if the request opted in, and the answer (its
+        body) if it is kept as an object (see `Producer.remember`)."""
+        await self._producer.remember(ctx, message, answer)
 
     # --- readers ------------------------------------------------------------------------------
     def frames(self, live: LiveSession, after_seq: int) -> AsyncIterator[bytes]:
@@ -94,6 +97,15 @@ class SessionManager:
             "status": state.status,
             "messages": list(state.transcript or ()),
         }
+
+    async def kept_answer(self, principal: Principal, answer_id: str) -> KeptAnswer:
+        """A kept answer (a stored Responses response) and its input items; 404 for any other id."""
+        return await self._kept.get(principal, answer_id)
+
+    async def delete_kept(self, principal: Principal, answer_id: str) -> None:
+        """Forget a kept answer (stopping it if it is still being made); 404 for any other id."""
+        await self._kept.state(principal, answer_id)
+        await self.delete(principal, answer_id)
 
     async def delete(self, principal: Principal, session_id: str) -> None:
         live = self._live.by_key.get((principal.tenant, session_id))

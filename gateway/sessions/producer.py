@@ -22,7 +22,7 @@ from gateway.core.surface import Surface
 from gateway.errors import Conflict, GenerationCancelled, StoreUnavailable
 from gateway.pipeline import RequestContext
 from gateway.sessions.event_log import SessionLog
-from gateway.sessions.live import TAIL_POLL_S, LiveSession, LiveSessions, state_of
+from gateway.sessions.live import TAIL_POLL_S, LiveSession, LiveSessions, state_of, ttl_of
 from gateway.settings import SessionSettings
 from gateway.store.base import SessionCheckpoint, SessionStore
 from gateway.stream_events import StreamEvents
@@ -88,7 +88,7 @@ class Producer:
         first = SessionCheckpoint(
             live.tenant,
             live.session_id,
-            self._settings.resume_ttl_s,
+            ttl_of(live.state, self._settings),
             live.state,
             renew_owner=self._replica_id,
             lease_ttl_s=self._settings.lease_ttl_s,
@@ -129,7 +129,7 @@ class Producer:
             for payload in events.failure_payloads():
                 self._append(live, payload)
         if live.state.transcript is not None:  # opted in (see `state_of`)
-            transcript = (*ctx.body.get("messages", []), events.answer.message(ctx.resume))
+            transcript = (*live.state.transcript, events.answer.message(ctx.resume))
             live.state = replace(live.state, transcript=transcript)
         self._finish(live, ctx.surface, [])
 
@@ -139,6 +139,8 @@ class Producer:
         if live.log.events:
             for payload in error_events:
                 self._append(live, payload)
+            if live.state.kept:  # retrieved as its last event showed it (completed, failed, ...)
+                live.state = replace(live.state, answer=surface.answer_of(live.log.events[-1][1]))
             if surface.done is not None:
                 self._append(live, surface.done)
         live.log.close()
@@ -149,13 +151,25 @@ class Producer:
         if len(live.log.events) - live.flushed >= self._settings.checkpoint_every_events:
             self._live.wakeup.set()
 
-    def remember(self, ctx: RequestContext, message: dict[str, Any]) -> None:
-        """Keep a non-streamed answer's transcript (off the response path), if the request opted in."""
-        if ctx.principal is None or ctx.session_id is None or not ctx.keep_transcript or ctx.session_unresumable:
+    async def remember(self, ctx: RequestContext, message: dict[str, Any], answer: dict[str, Any]) -> None:
+        """Keep a non-streamed answer's transcript, if the request opted in: off the response path,
+        unless the answer is kept as an object (`answer`, its body), which a request continuing it
+        may name the moment the client has it."""
+        kept = ctx.conversation is not None
+        if ctx.principal is None or ctx.session_id is None or ctx.session_unresumable:
             return
-        transcript = (*ctx.body.get("messages", []), message)
-        state = replace(state_of(ctx, self._replica_id), status="done", transcript=transcript)
-        save = self._store.session_save(ctx.principal.tenant, ctx.session_id, state, self._settings.resume_ttl_s)
+        if not (ctx.keep_transcript or kept):
+            return
+        state = state_of(ctx, self._replica_id)
+        transcript = (*(state.transcript or ()), message)
+        state = replace(state, status="done", transcript=transcript, answer=answer if kept else None)
+        save = self._store.session_save(ctx.principal.tenant, ctx.session_id, state, ttl_of(state, self._settings))
+        if kept:
+            try:
+                await save
+            except StoreUnavailable as error:
+                log.warning("response %s answered but not kept (store unavailable): %s", ctx.session_id, error)
+            return
         task = asyncio.get_running_loop().create_task(save)
         self._background.add(task)
         task.add_done_callback(self._saved)

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import re
+import time
 from collections.abc import AsyncGenerator, Mapping
+from typing import Any
 
 from gateway.core.chunks import Chunk
-from gateway.errors import InvalidRequest, NotFound, StoreUnavailable
+from gateway.core.principal import Principal
+from gateway.core.surface import Continuity
+from gateway.errors import Conflict, InvalidRequest, NotFound, StoreUnavailable
 from gateway.ids import RandomIds
 from gateway.pipeline import Handler, RequestContext
-from gateway.sessions.live import may_open
+from gateway.sessions.live import TAIL_POLL_S, may_open
 from gateway.sessions.manager import SessionManager
 from gateway.settings import SessionSettings, SessionStoreFailMode
 from gateway.store.base import SessionStore
@@ -56,8 +61,17 @@ class AssignSession:
         self._ids = RandomIds()
 
     async def __call__(self, ctx: RequestContext, call_next: Handler) -> AsyncGenerator[Chunk, None]:
-        ctx.session_id = session_id_from(ctx.headers, self._ids)
-        ctx.session_new = SESSION_HEADER not in ctx.headers
+        if ctx.surface.answer_sessions:
+            if SESSION_HEADER in ctx.headers:
+                raise InvalidRequest(
+                    "On this API every response is a session of its own, named by its id: continue one "
+                    "with 'previous_response_id' instead of X-Session-Id",
+                    param="X-Session-Id",
+                )
+            ctx.session_id, ctx.session_new = ctx.completion_id, True
+        else:
+            ctx.session_id = session_id_from(ctx.headers, self._ids)
+            ctx.session_new = SESSION_HEADER not in ctx.headers
         ctx.session_shared = bool(_share_from(ctx.headers))
         principal = ctx.principal
         ctx.keep_transcript = (
@@ -103,13 +117,23 @@ class AppendHistory:
     """Stateful conversations, opt-in with `X-Session-Append: true`: the client sends only its new
     messages, and the session's transcript is put in front of them. A request naming an existing
     session must be allowed to open it (`may_open`), appending or not: a new response replaces
-    the session's stream, so it is a write."""
+    the session's stream, so it is a write.
 
-    def __init__(self, store: SessionStore, on_store_error: SessionStoreFailMode) -> None:
+    On a surface whose answers are kept as objects (`ctx.continuity`), a request continuing a kept
+    answer gets that answer's conversation put after its own instructions, and an answer to be kept
+    gets its conversation (without instructions) and input items made here, for the producer to
+    store with it."""
+
+    def __init__(self, store: SessionStore, settings: SessionSettings) -> None:
         self._store = store
-        self._on_store_error = on_store_error
+        self._on_store_error = settings.on_store_error
+        self._keeps_answers = settings.enabled  # the producer and its checkpoints keep them
+        # A continued answer that just ended on another replica is in the store within a checkpoint.
+        self._previous_patience_s = max(1.0, 5 * settings.checkpoint_interval_s)
 
     async def __call__(self, ctx: RequestContext, call_next: Handler) -> AsyncGenerator[Chunk, None]:
+        if ctx.continuity is not None and ctx.principal is not None:
+            await self._continue(ctx, ctx.continuity, ctx.principal)
         append = ctx.headers.get(APPEND_HEADER, "").lower() == "true"
         if ctx.principal is not None and (append or SESSION_HEADER in ctx.headers):
             state = await self._load(ctx, append)
@@ -128,6 +152,40 @@ class AppendHistory:
         async with contextlib.aclosing(call_next(ctx)) as chunks:
             async for chunk in chunks:
                 yield chunk
+
+    async def _continue(self, ctx: RequestContext, continuity: Continuity, principal: Principal) -> None:
+        history: tuple[dict[str, Any], ...] = ()
+        history_items: tuple[dict[str, Any], ...] = ()
+        if continuity.previous is not None:
+            previous = await self._kept_answer(principal, continuity.previous)
+            history = previous.transcript or ()
+            history_items = (*(previous.input_items or ()), *ctx.surface.answer_items(previous.answer or {}))
+        messages, setup = ctx.body["messages"], continuity.preamble
+        if history:
+            ctx.body = {**ctx.body, "messages": [*messages[:setup], *history, *messages[setup:]]}
+        if not continuity.store:
+            return
+        if not self._keeps_answers:
+            ctx.echo = {**ctx.echo, "store": False}  # sessions are off: the response says nothing is kept
+            return
+        ctx.conversation = (*history, *messages[setup:])
+        ctx.kept_items = (*history_items, *continuity.items)
+
+    async def _kept_answer(self, principal: Principal, answer_id: str) -> SessionState:
+        """The kept answer `answer_id`, once it has ended; 404 unless the principal may open it."""
+        deadline = time.monotonic() + self._previous_patience_s
+        while True:
+            state = await self._store.session_load(principal.tenant, answer_id)
+            if state is None or not state.kept or not may_open(principal, state):
+                raise NotFound(f"Previous response with id '{answer_id}' not found.", param="previous_response_id")
+            if state.status != "streaming":
+                return state
+            if time.monotonic() >= deadline:
+                raise Conflict(
+                    f"Previous response '{answer_id}' is still in progress: continue it once it has ended",
+                    param="previous_response_id",
+                )
+            await asyncio.sleep(TAIL_POLL_S)
 
     async def _load(self, ctx: RequestContext, append: bool) -> SessionState | None:
         """The session's state; with the store down, None for a request served unresumable."""

@@ -72,6 +72,16 @@ class SessionState:
     # The API its client speaks (gateway/core/surface.py): a resume frames its events so. States
     # stored before surfaces were named are chat completions.
     surface: str = CHAT_COMPLETIONS
+    # An answer kept as an object (a Responses response with store: true), in its surface's form:
+    # its input items (with the continued answers' before them) and, once it ended, the answer as
+    # its client last saw it. None for every other session.
+    input_items: tuple[dict[str, Any], ...] | None = None
+    answer: dict[str, Any] | None = None
+
+    @property
+    def kept(self) -> bool:
+        """The session is a kept answer (retrievable by its id, continuable)."""
+        return self.input_items is not None
 
     def to_dict(self) -> dict[str, Any]:
         """In the key order states were always stored in."""
@@ -92,8 +102,10 @@ class SessionState:
             "transcript": None if self.transcript is None else list(self.transcript),
             # Absent for chat completions: their states are stored as they were before surfaces had names.
             "surface": None if self.surface == CHAT_COMPLETIONS else self.surface,
+            "input_items": None if self.input_items is None else list(self.input_items),
+            "answer": self.answer,
         }
-        return fields.without_none(values, ("body", "transcript", "surface"))
+        return fields.without_none(values, ("body", "transcript", "surface", "input_items", "answer"))
 
     def to_json(self) -> bytes:
         return orjson.dumps(self.to_dict())
@@ -106,7 +118,7 @@ class SessionState:
     def from_dict(cls, raw: dict[str, Any]) -> SessionState:
         """Checked field by field (ValueError naming the field); unknown fields are ignored."""
         optional = fields.optional_text
-        quota, body = raw.get("quota"), raw.get("body")
+        quota, body, answer = raw.get("quota"), raw.get("body"), raw.get("answer")
         created = fields.optional_number(raw, "created", _WHAT)
         return cls(
             status=fields.text(raw, "status", _WHAT),
@@ -124,6 +136,8 @@ class SessionState:
             deployments=_names(raw.get("deployments"), "deployments"),
             transcript=_messages(raw.get("transcript")),
             surface=optional(raw, "surface", _WHAT) or CHAT_COMPLETIONS,
+            input_items=_objects(raw.get("input_items"), "input_items", "an input item"),
+            answer=None if answer is None else fields.json_object(answer, "a session's kept answer"),
         )
 
 
@@ -136,8 +150,12 @@ def _names(value: object, name: str) -> tuple[str, ...] | None:
 
 
 def _messages(value: object) -> tuple[dict[str, Any], ...] | None:
+    return _objects(value, "transcript", "a transcript message")
+
+
+def _objects(value: object, name: str, what: str) -> tuple[dict[str, Any], ...] | None:
     if value is None:
         return None
     if not isinstance(value, list):
-        raise ValueError(f"{_WHAT}'s transcript must be a list of messages, not {value!r}")
-    return tuple(fields.json_object(m, "a transcript message") for m in value)
+        raise ValueError(f"{_WHAT}'s {name} must be a list of objects, not {value!r}")
+    return tuple(fields.json_object(m, what) for m in value)

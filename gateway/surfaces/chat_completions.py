@@ -7,6 +7,7 @@ are OpenAI's error shape (gateway/core/error_bodies.py).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -101,6 +102,7 @@ class ChatCompletions:
     name = "chat.completions"
     path = CHAT_COMPLETIONS
     id_prefix = "chatcmpl-"
+    answer_sessions = False  # a client names its sessions (X-Session-Id); answers are not objects
     done = _DONE
 
     def parse(self, body: bytes, max_json_depth: int) -> ParsedRequest:
@@ -148,3 +150,9 @@ class ChatCompletions:
         event = orjson.loads(payload)
         choices = event.get("choices") or ()
         return "".join((c.get("delta") or {}).get("content") or "" for c in choices)
+
+    def answer_of(self, payload: bytes) -> dict[str, Any] | None:
+        return None  # chat completions are not kept as objects
+
+    def answer_items(self, answer: Mapping[str, Any]) -> list[dict[str, Any]]:
+        return []

@@ -13,6 +13,7 @@ status, as on the chat endpoint.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -67,7 +68,6 @@ def response_object(
         "usage": response_usage(usage) if usage is not None else None,
         "error": {"code": _error_code(error), "message": error.message} if error is not None else None,
         "incomplete_details": incomplete,
-        "previous_response_id": None,
         **ECHO_DEFAULTS,  # an in-band error written from a stored session's state has only these
         **head.echo,
     }
@@ -282,12 +282,15 @@ class Responses:
     name = "responses"
     path = RESPONSES
     id_prefix = "resp_"
+    answer_sessions = True  # a response is retrieved, continued and resumed by its id
     done = None  # the stream ends with its terminal response event
 
     def parse(self, body: bytes, max_json_depth: int) -> ParsedRequest:
         translated = translate(decode_json(body, max_json_depth))
         request = validate_chat_request(translated.chat)  # the kernel's own invariants, as for chat
-        return ParsedRequest(translated.chat, request.model, translated.stream, True, translated.echo)
+        return ParsedRequest(
+            translated.chat, request.model, translated.stream, True, translated.echo, translated.continuity
+        )
 
     def writer(self, head: AnswerHead) -> ResponsesWriter:
         return ResponsesWriter(head)
@@ -324,8 +327,20 @@ class Responses:
         delta = orjson.loads(payload).get("delta")
         return delta if isinstance(delta, str) else ""
 
+    def answer_of(self, payload: bytes) -> dict[str, Any] | None:
+        if not payload.startswith(_RESPONSE_EVENT):
+            return None
+        response = orjson.loads(payload).get("response")
+        return response if isinstance(response, dict) else None
+
+    def answer_items(self, answer: Mapping[str, Any]) -> list[dict[str, Any]]:
+        output = answer.get("output")
+        return [item for item in output if isinstance(item, dict)] if isinstance(output, list) else []
+
 
 _TYPE_PREFIX = b'{"type":"'
+# The lifecycle events (created, in_progress, completed, incomplete, failed) carry the response.
+_RESPONSE_EVENT = b'{"type":"response.'
 
 
 def _event_type(payload: bytes) -> bytes:

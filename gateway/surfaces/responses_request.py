@@ -7,16 +7,21 @@ response object (`metadata`, `store`, `user`, ...), accepted as a hint with no e
 (`_HINTS`), or refused with a 400 naming it. Nothing unknown passes silently: a parameter the
 gateway does not understand would otherwise change nothing, and the agent would not know.
 
-Refused until they are built: stored state (`previous_response_id`, `item_reference` items,
-`conversation`, `prompt`), `background`, and the built-in tools (web search, file search, ...),
+A response is kept (`store`, true unless the request says false) with its input items, and a
+request naming it in `previous_response_id` continues its conversation (`Continuity`: the
+session stage puts the stored conversation after this request's instructions, which are not
+inherited, as OpenAI documents). Refused until they are built: `item_reference` items,
+`conversation`, `prompt`, `background`, and the built-in tools (web search, file search, ...),
 which run at OpenAI and have no backend here.
 """
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.core.surface import Continuity
 from gateway.errors import InvalidRequest, UnsupportedParameter
 
 # Accepted and not acted on: caching, tiering and safety hints of OpenAI's own service.
@@ -40,10 +45,10 @@ _MAPPED = frozenset(
         "user",
         "stream",
         "reasoning",
+        "previous_response_id",
     }
 )
 _NOT_YET = {
-    "previous_response_id": "stored responses are not kept by this gateway yet: send the whole conversation in 'input'",
     "conversation": "conversations are not kept by this gateway yet: send the whole conversation in 'input'",
     "prompt": "stored prompts are not supported: send 'instructions' and 'input'",
     "background": "background responses are not supported yet",
@@ -59,6 +64,7 @@ class TranslatedRequest:
     chat: dict[str, Any]  # the chat request the pipeline runs
     echo: dict[str, Any]  # what the response object repeats of the request
     stream: bool
+    continuity: Continuity
 
 
 def translate(payload: Any) -> TranslatedRequest:
@@ -89,7 +95,44 @@ def translate(payload: Any) -> TranslatedRequest:
     effort = _reasoning_effort(payload.get("reasoning"))
     if effort is not None:
         chat["reasoning_effort"] = effort
-    return TranslatedRequest(chat, _echo(payload), stream)
+    return TranslatedRequest(chat, _echo(payload), stream, _continuity(payload))
+
+
+def _continuity(payload: dict[str, Any]) -> Continuity:
+    store = _optional(payload, "store", bool)
+    store = True if store is None else store
+    previous = _optional(payload, "previous_response_id", str)
+    if previous is not None and not previous:
+        raise InvalidRequest(
+            "Invalid value for 'previous_response_id': expected a response id", param="previous_response_id"
+        )
+    preamble = 1 if _optional(payload, "instructions", str) else 0
+    return Continuity(store, previous, preamble, input_items(payload["input"]) if store else ())
+
+
+def input_items(given: str | list[Any]) -> tuple[dict[str, Any], ...]:
+    """The (already validated) input as the items a stored response lists, each with an id."""
+    if isinstance(given, str):
+        given = [{"type": "message", "role": "user", "content": given}]
+    return tuple(_stored_item(item) for item in given)
+
+
+def _stored_item(item: dict[str, Any]) -> dict[str, Any]:
+    kind = item.get("type", "message")
+    if kind == "function_call":
+        fields = {k: item[k] for k in ("call_id", "name", "arguments", *_APPROVAL_FIELDS) if k in item}
+        return {"id": item.get("id") or _item_id("fc"), "type": kind, **fields, "status": "completed"}
+    if kind == "function_call_output":
+        output = item["output"]
+        return {"id": item.get("id") or _item_id("fco"), "type": kind, "call_id": item["call_id"], "output": output}
+    role, content = item["role"], item["content"]
+    if isinstance(content, str):
+        content = [{"type": "output_text" if role == "assistant" else "input_text", "text": content}]
+    return {"id": item.get("id") or _item_id("msg"), "type": "message", "role": role, "content": content}
+
+
+def _item_id(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_hex(12)}"
 
 
 _SCALARS: tuple[tuple[str, str, type | tuple[type, ...]], ...] = (
@@ -316,7 +359,8 @@ ECHO_DEFAULTS: dict[str, Any] = {
     "tools": [],
     "text": {"format": {"type": "text"}},
     "max_output_tokens": None,
-    "store": False,
+    "store": True,
+    "previous_response_id": None,
     "user": None,
     "truncation": "disabled",
     "reasoning": None,
@@ -324,6 +368,4 @@ ECHO_DEFAULTS: dict[str, Any] = {
 
 
 def _echo(payload: dict[str, Any]) -> dict[str, Any]:
-    echo = {name: payload.get(name) for name in ECHO_DEFAULTS if payload.get(name) is not None}
-    echo["store"] = False  # nothing is stored yet, whatever was asked: the response says so
-    return echo
+    return {name: payload.get(name) for name in ECHO_DEFAULTS if payload.get(name) is not None}

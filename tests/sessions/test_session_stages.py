@@ -48,7 +48,9 @@ async def through(
         seen.extend(ctx.body["messages"])
         yield Chunk(content="ok")
 
-    path = compose([AssignSession(SessionSettings()), AppendHistory(store, on_store_error)], call)
+    path = compose(
+        [AssignSession(SessionSettings()), AppendHistory(store, SessionSettings(on_store_error=on_store_error))], call
+    )
     assert [chunk.content async for chunk in path(ctx)] == ["ok"]
     return seen
 

@@ -64,6 +64,20 @@ async def test_a_saved_state_is_loaded_back_and_replaced_by_the_next_save(store:
     assert await store.session_load("acme", "s1") == DONE
 
 
+async def test_a_kept_answers_items_and_answer_are_kept_and_read_back_field_for_field(store: Store) -> None:
+    kept = SessionState(
+        "done",
+        key_id="k1",
+        transcript=({"role": "user", "content": "héllo"}, {"role": "assistant", "content": "hi"}),
+        surface="responses",
+        input_items=({"id": "msg_1", "type": "message", "role": "user", "content": [{"type": "input_text"}]},),
+        answer={"id": "resp_1", "object": "response", "status": "completed", "output": [{"id": "msg_2"}]},
+    )
+    await store.session_save("acme", "resp_1", kept, LONG_TTL)
+    assert await store.session_load("acme", "resp_1") == kept
+    assert (await store.session_load("acme", "resp_1") or DONE).kept
+
+
 async def test_another_tenants_session_does_not_exist(store: Store) -> None:
     await store.session_save("acme", "s1", STATE, LONG_TTL)
     await store.session_append("acme", "s1", events(1, 2), LONG_TTL)

@@ -1,6 +1,8 @@
-"""A streamed response is a session's stream like a chat one (issue 31): a client that reconnects
-with `Last-Event-ID` loses and repeats nothing, and a replica SIGKILLed mid-response is taken over
-by another that goes on with the same items and sequence numbers."""
+"""A streamed response is a session's stream like a chat one, named by the response's id (issue
+31): a client that reconnects (`GET /v1/responses/{id}?stream=true&starting_after=N`, or
+`Last-Event-ID` on the session) loses and repeats nothing, and a replica SIGKILLed mid-response is
+taken over by another that goes on with the same items and sequence numbers and keeps the
+response as a whole, to be retrieved and continued there."""
 
 from __future__ import annotations
 
@@ -35,11 +37,11 @@ def whole_text(gateway: Gateway) -> str:
     return "".join(part["text"] for item in reply.json()["output"] for part in item["content"])
 
 
-def read_then_drop(gateway: Gateway, session_id: str, keep: int, kill_pid: int | None = None) -> list[tuple[int, Any]]:
-    """Read `keep` events of a new streamed response, then drop the connection (or SIGKILL the replica)."""
+def read_then_drop(gateway: Gateway, keep: int, kill_pid: int | None = None) -> tuple[str, list[tuple[int, Any]]]:
+    """(response id, the first `keep` events) of a new streamed response, read before dropping the
+    connection (or SIGKILLing the replica)."""
     lines: list[str] = []
-    headers = {**gateway.headers(), "X-Session-Id": session_id}
-    with httpx.stream("POST", f"{gateway.url}/v1/responses", json=BODY, headers=headers, timeout=20) as reply:
+    with httpx.stream("POST", f"{gateway.url}/v1/responses", json=BODY, headers=gateway.headers(), timeout=20) as reply:
         assert reply.status_code == 200
         for line in reply.iter_lines():
             lines.append(line)
@@ -47,7 +49,17 @@ def read_then_drop(gateway: Gateway, session_id: str, keep: int, kill_pid: int |
                 if kill_pid is not None:
                     os.kill(kill_pid, signal.SIGKILL)
                 break
-    return parse(lines)
+    events = parse(lines)
+    return events[0][1]["response"]["id"], events
+
+
+def read_again(gateway: Gateway, response_id: str, starting_after: int) -> list[tuple[int, Any]]:
+    """The response's events after sequence number `starting_after`, as the SDK's
+    `responses.retrieve(id, stream=True, starting_after=N)` asks for them."""
+    url = f"{gateway.url}/v1/responses/{response_id}?stream=true&starting_after={starting_after}"
+    reply = httpx.get(url, headers=gateway.headers(), timeout=30)
+    assert reply.status_code == 200, reply.text
+    return parse(reply.text.splitlines())
 
 
 def assert_one_whole_response(events: list[tuple[int, Any]], text: str) -> None:
@@ -68,10 +80,11 @@ def test_a_response_stream_resumed_after_a_disconnect_loses_and_repeats_nothing(
     slow_sim: Announced, tmp_path: Path, keep: int
 ) -> None:
     with running_gateway(tmp_path, gateway_config(deployment("a", slow_sim))) as gateway:
-        session_id = f"s-{uuid.uuid4().hex[:8]}"
-        seen = read_then_drop(gateway, session_id, keep)
-        rest = resume(gateway, session_id, seen[-1][0])
+        response_id, seen = read_then_drop(gateway, keep)
+        rest = read_again(gateway, response_id, seen[-1][1]["sequence_number"])
         assert_one_whole_response(seen + rest, whole_text(gateway))
+        # The same stream is the response's session: Last-Event-ID on it resumes it too.
+        assert resume(gateway, response_id, seen[-1][0]) == rest
 
 
 def test_a_replica_sigkilled_mid_response_is_taken_over_by_another(tmp_path: Path, slow_sim: Announced) -> None:
@@ -88,10 +101,15 @@ def test_a_replica_sigkilled_mid_response_is_taken_over_by_another(tmp_path: Pat
             for keep in (3, 12):
                 first = stack.enter_context(gateway_process(tmp_path, config, admin_key=admin_key))
                 first.key = second.key
-                session_id = f"s-{uuid.uuid4().hex[:8]}"
-                seen = read_then_drop(first, session_id, keep, kill_pid=first.process.process.pid)
+                response_id, seen = read_then_drop(first, keep, kill_pid=first.process.process.pid)
                 first.process.process.wait(10)
-                rest = resume(second, session_id, seen[-1][0])
+                rest = read_again(second, response_id, seen[-1][1]["sequence_number"])
                 assert_one_whole_response(seen + rest, whole_text(second))
+                # The replica that finished it kept it: retrieved whole, and continued.
+                kept = httpx.get(f"{second.url}/v1/responses/{response_id}", headers=second.headers(), timeout=10)
+                assert kept.json() == rest[-1][1]["response"]
+                following = {"model": "sim-model", "input": "go on", "previous_response_id": response_id}
+                reply = httpx.post(f"{second.url}/v1/responses", json=following, headers=second.headers(), timeout=20)
+                assert reply.status_code == 200, reply.text
     finally:
         delete_redis_prefix(prefix)
