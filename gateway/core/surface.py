@@ -38,6 +38,11 @@ class Continuity:
     preamble: int
     # The request's input in the surface's own form, each with an id: kept with the answer.
     items: tuple[dict[str, Any], ...] = ()
+    # Made in the background (Responses `background: true`): streamed into its session whether or
+    # not anyone reads it, and answered at once with the answer as it began, unless the client
+    # follows its events (`background_events`).
+    background: bool = False
+    background_events: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -119,6 +119,10 @@ class OpenAIApi:
         else:
             # The response is generated in its own task, so it survives this connection.
             live = await self._sessions.start(ctx, _rest(first, chunks))
+            continuity = ctx.continuity
+            if continuity is not None and continuity.background and not continuity.background_events:
+                begun = ctx.surface.answer_of(live.log.events[0][1]) or {}  # the answer as it began
+                return Response(dumps(begun), media_type="application/json", headers=sent)
             frames = self._sessions.frames(live, after_seq=0)
         return StreamedResponse(frames, media_type="text/event-stream", headers={**_SSE_HEADERS, **sent})
 

@@ -1,4 +1,5 @@
-"""`/v1/responses/{id}`: a kept response, its input items, its event stream again, its deletion.
+"""`/v1/responses/{id}`: a kept response, its input items, its event stream again, its
+cancellation (a background response made on this replica), its deletion.
 
 A response is a session named by its id (gateway/sessions/kept.py), so reading its events again
 (`?stream=true&starting_after=N`) is a session resume: from this replica's memory, the store, or
@@ -39,6 +40,7 @@ class ResponsesApi:
             Route(RESPONSES + "/{response_id}", self.retrieve, methods=["GET"]),
             Route(RESPONSES + "/{response_id}", self.delete, methods=["DELETE"]),
             Route(RESPONSES + "/{response_id}/input_items", self.input_items, methods=["GET"]),
+            Route(RESPONSES + "/{response_id}/cancel", self.cancel, methods=["POST"]),
         ]
 
     async def _caller(self, request: Request) -> Principal:
@@ -63,6 +65,11 @@ class ResponsesApi:
         request_id = request_id_from(request.headers, self._ids)
         frames = await self._sessions.resume(principal, response_id, after_seq, request_id)
         return StreamedResponse(frames, media_type="text/event-stream", headers=_SSE_HEADERS)
+
+    async def cancel(self, request: Request) -> Response:
+        principal = await self._caller(request)
+        kept = await self._sessions.cancel_kept(principal, request.path_params["response_id"])
+        return Response(dumps(kept.answer), media_type="application/json")
 
     async def delete(self, request: Request) -> Response:
         principal = await self._caller(request)

@@ -37,6 +37,7 @@ class LiveSession:
     producer: asyncio.Task[None] | None = None
     renewed_at: float = field(default_factory=time.monotonic)
     fresh: bool = True  # a new response: its first checkpoint replaces the previous response's events
+    detached: bool = False  # made in the background: no reader's leaving stops it
 
 
 class LiveSessions:

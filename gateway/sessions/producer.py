@@ -51,6 +51,7 @@ class Producer:
         live = self._live.by_key.get(key)
         if live is None or live.state.completion_id != ctx.completion_id or live.producer is not None:
             live = LiveSession(key[0], key[1], SessionLog(), state_of(ctx, self._replica_id), ctx.surface)
+        live.detached = ctx.continuity is not None and ctx.continuity.background
         live.producer = asyncio.get_running_loop().create_task(self.produce(ctx, chunks, live))
         await live.log.started()
         if live.log.failure is not None:

@@ -67,7 +67,8 @@ class Readers:
         finally:
             live.readers -= 1
             policy = self._settings.on_client_disconnect
-            if live.readers == 0 and not live.log.closed and policy is DisconnectPolicy.CANCEL and live.producer:
+            cancel = policy is DisconnectPolicy.CANCEL and not live.detached
+            if live.readers == 0 and not live.log.closed and cancel and live.producer:
                 live.producer.cancel()
 
     async def resume(

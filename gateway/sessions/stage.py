@@ -163,6 +163,8 @@ class AppendHistory:
         messages, setup = ctx.body["messages"], continuity.preamble
         if history:
             ctx.body = {**ctx.body, "messages": [*messages[:setup], *history, *messages[setup:]]}
+        if continuity.background and not self._keeps_answers:
+            raise InvalidRequest("Background responses need sessions, which this gateway has off", param="background")
         if not continuity.store:
             return
         if not self._keeps_answers:

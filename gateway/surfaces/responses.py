@@ -23,7 +23,7 @@ from gateway.core.answer import Answer
 from gateway.core.chunks import Chunk, ToolCallDelta, Usage
 from gateway.core.error_bodies import gateway_error_body
 from gateway.core.surface import AnswerHead, ParsedRequest
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, GenerationCancelled
 from gateway.surfaces.chat_request import decode_json, validate_chat_request
 from gateway.surfaces.responses_request import ECHO_DEFAULTS, translate
 
@@ -179,7 +179,11 @@ class ResponsesWriter:
 
     def fail(self, error: GatewayError) -> list[bytes]:
         events = self._start() + self._close_all()
-        response = response_object(self._head, "failed", self._output, error=error)
+        if isinstance(error, GenerationCancelled):  # cancelled (POST .../cancel): no error, as at OpenAI
+            response = response_object(self._head, "cancelled", self._output)
+        else:
+            response = response_object(self._head, "failed", self._output, error=error)
+        # The API has no event of its own for a cancelled response: the stream ends as one that failed.
         return [*events, self._event("response.failed", response=response)]
 
     def _event(self, kind: str, **fields: Any) -> bytes:

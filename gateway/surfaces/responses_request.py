@@ -10,8 +10,10 @@ gateway does not understand would otherwise change nothing, and the agent would 
 A response is kept (`store`, true unless the request says false) with its input items, and a
 request naming it in `previous_response_id` continues its conversation (`Continuity`: the
 session stage puts the stored conversation after this request's instructions, which are not
-inherited, as OpenAI documents). Refused until they are built: `item_reference` items,
-`conversation`, `prompt`, `background`, and the built-in tools (web search, file search, ...),
+inherited, as OpenAI documents). A `background` response is streamed into
+its session whatever the client does (the kernel sees a streamed request), and the client gets
+the response as it began, or its events with `stream: true`. Refused until they are built:
+`item_reference` items, `conversation`, `prompt`, and the built-in tools (web search, file search, ...),
 which run at OpenAI and have no backend here.
 """
 
@@ -46,12 +48,12 @@ _MAPPED = frozenset(
         "stream",
         "reasoning",
         "previous_response_id",
+        "background",
     }
 )
 _NOT_YET = {
     "conversation": "conversations are not kept by this gateway yet: send the whole conversation in 'input'",
     "prompt": "stored prompts are not supported: send 'instructions' and 'input'",
-    "background": "background responses are not supported yet",
 }
 _APPROVAL_FIELDS = ("approval_id", "approval_token")
 _MESSAGE_ROLES = frozenset({"user", "system", "developer", "assistant"})
@@ -74,8 +76,11 @@ def translate(payload: Any) -> TranslatedRequest:
     model = payload.get("model")
     if not isinstance(model, str) or not model:
         raise _missing_or_invalid(payload, "model", "a non-empty string")
-    stream = _optional(payload, "stream", bool) or False
-    chat: dict[str, Any] = {"model": model, "messages": _messages(payload), "stream": stream}
+    messages = _messages(payload)
+    continuity = _continuity(payload)  # after the input was checked: it keeps the input's items
+    # A background response streams into its session, read or not.
+    stream = (_optional(payload, "stream", bool) or False) or continuity.background
+    chat: dict[str, Any] = {"model": model, "messages": messages, "stream": stream}
     if stream:
         chat["stream_options"] = {"include_usage": True}  # response.completed carries the usage
     tools = _tools(payload.get("tools"))
@@ -95,7 +100,7 @@ def translate(payload: Any) -> TranslatedRequest:
     effort = _reasoning_effort(payload.get("reasoning"))
     if effort is not None:
         chat["reasoning_effort"] = effort
-    return TranslatedRequest(chat, _echo(payload), stream, _continuity(payload))
+    return TranslatedRequest(chat, _echo(payload), stream, continuity)
 
 
 def _continuity(payload: dict[str, Any]) -> Continuity:
@@ -107,7 +112,12 @@ def _continuity(payload: dict[str, Any]) -> Continuity:
             "Invalid value for 'previous_response_id': expected a response id", param="previous_response_id"
         )
     preamble = 1 if _optional(payload, "instructions", str) else 0
-    return Continuity(store, previous, preamble, input_items(payload["input"]) if store else ())
+    background = _optional(payload, "background", bool) or False
+    if background and not store:
+        raise InvalidRequest("Background responses must be stored: 'background' needs 'store' true", param="store")
+    items = input_items(payload["input"]) if store else ()
+    events = background and (_optional(payload, "stream", bool) or False)
+    return Continuity(store, previous, preamble, items, background, events)
 
 
 def input_items(given: str | list[Any]) -> tuple[dict[str, Any], ...]:
@@ -360,6 +370,7 @@ ECHO_DEFAULTS: dict[str, Any] = {
     "text": {"format": {"type": "text"}},
     "max_output_tokens": None,
     "store": True,
+    "background": False,
     "previous_response_id": None,
     "user": None,
     "truncation": "disabled",

@@ -48,4 +48,41 @@ def test_function_tools_structured_output_and_limits_map_onto_the_chat_request()
     assert chat["stream_options"] == {"include_usage": True}
     assert "metadata" not in chat
     assert translated.echo["metadata"] == {"run": "1"}
-    assert translated.echo["store"] is False  # nothing is stored yet: the response does not claim it
+    assert translated.continuity.store  # kept unless the request says otherwise, as at OpenAI
+
+
+def test_a_kept_request_names_its_instructions_and_gives_every_input_item_an_id() -> None:
+    translated = translate(
+        {
+            "model": "m",
+            "instructions": "Be brief",
+            "previous_response_id": "resp_1",
+            "input": [
+                {"role": "user", "content": "hi"},
+                {"type": "function_call", "id": "fc_1", "call_id": "c1", "name": "w", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "c1", "output": "sun"},
+            ],
+        }
+    )
+    continuity = translated.continuity
+    assert (continuity.previous, continuity.preamble) == ("resp_1", 1)
+    assert translated.chat["messages"][0] == {"role": "system", "content": "Be brief"}
+    message, call, output = continuity.items
+    assert message["content"] == [{"type": "input_text", "text": "hi"}]
+    assert call["id"] == "fc_1"  # an id the client sent is kept
+    assert message["id"].startswith("msg_")
+    assert output["id"].startswith("fco_")
+    assert translated.echo["previous_response_id"] == "resp_1"
+
+
+def test_a_background_request_streams_into_its_session_and_answers_at_once() -> None:
+    translated = translate({"model": "m", "input": "hi", "background": True})
+    assert translated.stream
+    assert translated.chat["stream"]
+    assert translated.continuity.background
+    assert not translated.continuity.background_events
+    assert translate({"model": "m", "input": "hi", "background": True, "stream": True}).continuity.background_events
+
+
+def test_a_request_not_kept_carries_no_items() -> None:
+    assert translate({"model": "m", "input": "hi", "store": False}).continuity.items == ()

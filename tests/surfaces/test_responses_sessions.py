@@ -87,6 +87,28 @@ def test_a_response_stream_resumed_after_a_disconnect_loses_and_repeats_nothing(
         assert resume(gateway, response_id, seen[-1][0]) == rest
 
 
+def test_a_cancelled_background_response_stops_and_is_kept_as_cancelled(slow_sim: Announced, tmp_path: Path) -> None:
+    with running_gateway(tmp_path, gateway_config(deployment("a", slow_sim))) as gateway:
+        body = {**BODY, "stream": False, "background": True, "max_output_tokens": 2000}
+        begun = httpx.post(f"{gateway.url}/v1/responses", json=body, headers=gateway.headers(), timeout=20).json()
+        url = f"{gateway.url}/v1/responses/{begun['id']}"
+        with httpx.stream("GET", f"{url}?stream=true", headers=gateway.headers(), timeout=30) as reply:
+            lines: list[str] = []
+            for line in reply.iter_lines():
+                lines.append(line)
+                if len(parse(lines)) == 6:  # it is under way
+                    cancelled = httpx.post(f"{url}/cancel", headers=gateway.headers(), timeout=20)
+            events = parse(lines)
+        retrieved = httpx.get(url, headers=gateway.headers(), timeout=10).json()
+    assert cancelled.status_code == 200, cancelled.text
+    assert cancelled.json()["status"] == "cancelled"
+    assert events[-1][1]["type"] == "response.failed"
+    assert events[-1][1]["response"]["status"] == "cancelled"
+    assert retrieved == events[-1][1]["response"]
+    deltas = sum(1 for _, p in events if p["type"] == "response.output_text.delta")
+    assert deltas < 2000  # stopped long before the end
+
+
 def test_a_replica_sigkilled_mid_response_is_taken_over_by_another(tmp_path: Path, slow_sim: Announced) -> None:
     prefix = f"agw-test-{uuid.uuid4().hex[:12]}"
     config = gateway_config(
@@ -111,5 +133,18 @@ def test_a_replica_sigkilled_mid_response_is_taken_over_by_another(tmp_path: Pat
                 following = {"model": "sim-model", "input": "go on", "previous_response_id": response_id}
                 reply = httpx.post(f"{second.url}/v1/responses", json=following, headers=second.headers(), timeout=20)
                 assert reply.status_code == 200, reply.text
+            # A background response whose replica dies while a client follows it on another.
+            first = stack.enter_context(gateway_process(tmp_path, config, admin_key=admin_key))
+            first.key = second.key
+            body = {**BODY, "stream": False, "background": True}
+            begun = httpx.post(f"{first.url}/v1/responses", json=body, headers=first.headers(), timeout=20).json()
+            lines: list[str] = []
+            url = f"{second.url}/v1/responses/{begun['id']}?stream=true"
+            with httpx.stream("GET", url, headers=second.headers(), timeout=30) as reply:
+                for line in reply.iter_lines():
+                    lines.append(line)
+                    if len(parse(lines)) == 4 and first.process.process.poll() is None:
+                        os.kill(first.process.process.pid, signal.SIGKILL)
+            assert_one_whole_response(parse(lines), whole_text(second))
     finally:
         delete_redis_prefix(prefix)

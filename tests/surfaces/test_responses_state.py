@@ -180,3 +180,39 @@ async def test_a_bad_input_items_query_is_a_400_naming_it(gateway: Gateway, quer
         reply = await http.get(f"{gateway.url}/v1/responses/{made.id}/input_items?{query}", headers=gateway.headers())
     assert reply.status_code == 400, reply.text
     assert reply.json()["error"]["param"] == param
+
+
+async def test_a_background_response_returns_at_once_and_is_followed_to_its_end(gateway: Gateway) -> None:
+    async with client(gateway) as sdk:
+        begun = await sdk.responses.create(model="sim-model", input="November", background=True)
+        assert begun.status in ("queued", "in_progress")
+        assert begun.background is True
+        events = [event async for event in await sdk.responses.retrieve(begun.id, stream=True)]
+        ended = await sdk.responses.retrieve(begun.id)
+    assert events[0].type == "response.created"
+    assert events[-1].type == "response.completed"
+    assert ended.model_dump() == events[-1].response.model_dump()
+    assert ended.status == "completed"
+    assert ended.output_text
+
+
+async def test_a_background_stream_read_in_two_parts_is_one_whole_stream(gateway: Gateway) -> None:
+    async with client(gateway) as sdk:
+        head: list[Any] = []
+        async for event in await sdk.responses.create(model="sim-model", input="Oscar", background=True, stream=True):
+            head.append(event)
+            if len(head) == 5:
+                break  # the client goes away; the response goes on
+        rest = [
+            event async for event in await sdk.responses.retrieve(head[0].response.id, stream=True, starting_after=4)
+        ]
+    whole = head + rest
+    assert [event.sequence_number for event in whole] == list(range(len(whole)))
+    assert whole[-1].type == "response.completed"
+
+
+async def test_a_background_response_must_be_stored(gateway: Gateway) -> None:
+    async with client(gateway) as sdk:
+        with pytest.raises(BadRequestError) as raised:
+            await sdk.responses.create(model="sim-model", input="Papa", background=True, store=False)
+    assert raised.value.param == "store"
