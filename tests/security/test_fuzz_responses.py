@@ -5,14 +5,17 @@ verifies and no quota lease is left behind, as for the chat endpoint (test_fuzz_
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from hypothesis import given
+import schemathesis
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from schemathesis import GenerationMode
 
 from common.processes import Announced
 from testkit.procs import Gateway, deployment, gateway_config, policy_file, running_gateway
@@ -45,3 +48,111 @@ def test_fuzz_responses_never_5xx(
         tally.check(reply, repr(content[:300]))
 
     run_and_report(case, tally, "responses", fuzzed, record_property, capsys)
+
+
+# The Responses routes are not FastAPI operations (they are the OpenAI API, served as Starlette
+# routes), so their schema is written here: the subset of OpenAI's documented parameters the
+# gateway serves, for schemathesis to make cases that fit it and cases that break it.
+_RESPONSE_ID = {"name": "response_id", "in": "path", "required": True, "schema": {"type": "string"}}
+_ANSWERS = {"responses": {"default": {"description": "any"}}}
+RESPONSES_ROUTES_SCHEMA: dict[str, Any] = {
+    "openapi": "3.0.3",
+    "info": {"title": "Responses routes", "version": "1"},
+    "paths": {
+        "/v1/responses": {
+            "post": {
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {
+                            "schema": {
+                                "type": "object",
+                                "required": ["model", "input"],
+                                "properties": {
+                                    "model": {"type": "string", "enum": ["sim-model"]},
+                                    "input": {"type": "string", "maxLength": 40},
+                                    "store": {"type": "boolean"},
+                                    "background": {"type": "boolean"},
+                                    "stream": {"type": "boolean"},
+                                    "previous_response_id": {"type": "string"},
+                                    "instructions": {"type": "string", "maxLength": 40},
+                                },
+                                "additionalProperties": False,
+                            }
+                        }
+                    },
+                },
+                **_ANSWERS,
+            }
+        },
+        "/v1/responses/{response_id}": {
+            "get": {
+                "parameters": [
+                    _RESPONSE_ID,
+                    {"name": "stream", "in": "query", "schema": {"type": "boolean"}},
+                    {"name": "starting_after", "in": "query", "schema": {"type": "integer", "minimum": 0}},
+                ],
+                **_ANSWERS,
+            },
+            "delete": {"parameters": [_RESPONSE_ID], **_ANSWERS},
+        },
+        "/v1/responses/{response_id}/input_items": {
+            "get": {
+                "parameters": [
+                    _RESPONSE_ID,
+                    {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 100}},
+                    {"name": "order", "in": "query", "schema": {"type": "string", "enum": ["asc", "desc"]}},
+                    {"name": "after", "in": "query", "schema": {"type": "string"}},
+                    {"name": "before", "in": "query", "schema": {"type": "string"}},
+                ],
+                **_ANSWERS,
+            }
+        },
+        "/v1/responses/{response_id}/cancel": {"post": {"parameters": [_RESPONSE_ID], **_ANSWERS}},
+    },
+}
+SCHEMA_CASES_PER_OPERATION = 12  # per generation mode
+
+
+def test_schemathesis_on_the_responses_routes_finds_no_5xx(
+    fuzzed: Gateway, capsys: pytest.CaptureFixture[str], record_property: Callable[[str, Any], None]
+) -> None:
+    kept = httpx.post(
+        f"{fuzzed.url}/v1/responses",
+        json={"model": "sim-model", "input": "a kept one"},
+        headers=fuzzed.headers(),
+        timeout=REQUEST_TIMEOUT_S,
+    ).json()
+    schema: Any = schemathesis.openapi.from_dict(RESPONSES_ROUTES_SCHEMA)
+    statuses: Counter[int] = Counter()
+    server_errors: list[str] = []
+    operations = [result.ok() for result in schema.get_all_operations()]
+    for operation in operations:
+        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+
+            @settings(
+                max_examples=SCHEMA_CASES_PER_OPERATION,
+                deadline=None,
+                derandomize=True,
+                database=None,
+                suppress_health_check=list(HealthCheck),
+            )
+            @given(case=operation.as_strategy(generation_mode=mode), known=st.booleans())
+            def run(case: Any, known: bool) -> None:
+                if known and case.path_parameters and "response_id" in case.path_parameters:
+                    case.path_parameters["response_id"] = kept["id"]  # a response that exists
+                response = case.call(base_url=fuzzed.url, headers=fuzzed.headers(), timeout=REQUEST_TIMEOUT_S)
+                statuses[response.status_code] += 1
+                if response.status_code >= 500:
+                    server_errors.append(f"{case.method} {case.formatted_path}: {response.text[:300]}")
+
+            try:
+                run()
+            except Exception as error:  # schemathesis cannot build cases for this operation and mode
+                if "Unsatisfiable" not in type(error).__name__:
+                    raise
+    cases = sum(statuses.values())
+    with capsys.disabled():
+        print(f"\nschemathesis responses routes: {len(operations)} operations, {cases} cases, {dict(statuses)}")
+    record_property("fuzz_responses_routes_cases", cases)
+    assert server_errors == [], server_errors

@@ -139,7 +139,7 @@ async def test_structured_output_is_passed_on_as_a_json_schema(gateway: Gateway)
             "input[0].content[0].type",
         ),
         ({"model": "sim-model", "input": "hi", "tools": [{"type": "web_search"}]}, "tools[0].type"),
-        ({"model": "sim-model", "input": "hi", "background": True}, "background"),
+        ({"model": "sim-model", "input": "hi", "background": True, "store": False}, "store"),
         ({"model": "sim-model", "input": "hi", "temperature": True}, "temperature"),
         ({"model": "sim-model", "input": "hi", "no_such_parameter": 1}, "no_such_parameter"),
         ({"model": "sim-model", "input": "hi", "tool_choice": "required"}, "tool_choice"),
