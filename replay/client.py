@@ -31,8 +31,8 @@ import orjson
 from common.sse_reader import SseReader, SseTooLarge
 from replay import record as r
 from replay.record import RequestRecord
-from replay.samples import Prepared
-from replay.stream import StreamState, estimate_tokens, first_invalid_arguments
+from replay.samples import CHAT, RESPONSES, Prepared
+from replay.stream import StreamState, estimate_tokens, first_invalid_arguments, response_output
 from replay.wire import coalescing_transport
 
 # httpx imports httpcore when the first client is built (~60 ms) and httpcore imports these on the
@@ -60,9 +60,9 @@ class ClientConfig:
     request_timeout_s: float = 600.0
     length_is_failure: bool = True
 
-    @property
-    def url(self) -> str:
-        return self.base_url.rstrip("/") + "/chat/completions"
+    def url(self, api: str = CHAT) -> str:
+        """Where a request for `api` (a sample's: chat completions or the Responses API) goes."""
+        return self.base_url.rstrip("/") + ("/responses" if api == RESPONSES else "/chat/completions")
 
 
 async def warm_up_stack() -> None:
@@ -186,7 +186,7 @@ class _Exchange:
 
     async def run(self, http: httpx.AsyncClient) -> None:
         request = http.build_request(
-            "POST", self._config.url, content=self._prepared.body, extensions={"trace": self._trace}
+            "POST", self._config.url(self._prepared.api), content=self._prepared.body, extensions={"trace": self._trace}
         )
         response = await http.send(request, stream=True)
         self._headers = time.perf_counter()
@@ -249,12 +249,19 @@ class _Exchange:
         except orjson.JSONDecodeError:
             self.state.fail(r.MALFORMED_CHUNK, f"unparsable body: {raw[:120]!r}")
             return
-        if not isinstance(document, dict) or "error" in document:
+        if not isinstance(document, dict) or document.get("error") is not None:  # a response has "error": null
             self.state.fail(r.INBAND_ERROR, f"error body with a 2xx status: {raw[:_DETAIL_CHARS]!r}")
             return
         self._read_completion(document, now)
 
     def _read_completion(self, document: dict[str, Any], now: float) -> None:
+        if document.get("object") == "response":  # the Responses API's
+            text, arguments = response_output(document)
+            if text or arguments:
+                self.state.output_times.append(now)
+            self.state.read_response(document)
+            self._text_tokens = estimate_tokens(text + "".join(arguments))
+            return
         choices = document.get("choices")
         choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
         message = choice.get("message")

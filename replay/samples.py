@@ -1,7 +1,8 @@
 """Reading request samples from the formats operators have at hand.
 
-Every format ends up as a chat-completions request body plus an id and, when the source has one,
-the time the request originally arrived (for replay with original timing):
+Every format ends up as a request body (chat completions, or the Responses API's when the body has
+`input` and no `messages`) plus an id and, when the source has one, the time the request
+originally arrived (for replay with original timing):
 
 - our JSONL: one request body per line, with optional `id` and `timestamp` keys (not sent);
 - the shared samples: `{"id", "category", "body": {...}, ...}` per line;
@@ -42,6 +43,8 @@ _SHAREGPT_ROLES = {
     "system": "system",
 }
 _CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
+_RESPONSES_PATHS = ("/v1/responses", "/responses")
+CHAT, RESPONSES = "chat", "responses"  # the API a sample's body is for
 # Keys of our JSONL lines that describe the sample rather than being part of the request.
 _PLAIN_META = frozenset({"id", "timestamp", "expect_finish_reason", "expect_tool_call"})
 # A model name sample sets use to mean "whatever the endpoint serves" (the shared BFCL samples do);
@@ -64,6 +67,7 @@ class Sample:
     category: str | None = None
     expect_finish_reason: str | None = None
     expect_tool_call: bool | None = None
+    api: str = CHAT
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,9 +148,17 @@ def parse_item(item: Any, where: str) -> Sample | str:
         return _shared(item, where)
     if isinstance(item.get("conversations"), list):
         return _sharegpt(item, where)
-    if isinstance(item.get("messages"), list):
+    if isinstance(item.get("messages"), list) or _is_responses(item):
         return _plain(item, where)
     return "unrecognized line"
+
+
+def _is_responses(body: dict[str, Any]) -> bool:
+    return isinstance(body.get("input"), str | list) and "messages" not in body
+
+
+def _api_of(body: dict[str, Any]) -> str:
+    return RESPONSES if _is_responses(body) else CHAT
 
 
 def _plain(item: dict[str, Any], where: str) -> Sample | str:
@@ -159,12 +171,13 @@ def _plain(item: dict[str, Any], where: str) -> Sample | str:
         timestamp=parse_timestamp(item.get("timestamp")),
         expect_finish_reason=expect if isinstance(expect, str) else None,
         expect_tool_call=_flag(item.get("expect_tool_call")),
+        api=_api_of(body),
     )
 
 
 def _shared(item: dict[str, Any], where: str) -> Sample | str:
     body = item["body"]
-    if not isinstance(body.get("messages"), list):
+    if not isinstance(body.get("messages"), list) and not _is_responses(body):
         return "body without messages"
     expect = item.get("expect_finish_reason")
     return Sample(
@@ -175,6 +188,7 @@ def _shared(item: dict[str, Any], where: str) -> Sample | str:
         category=item.get("category") if isinstance(item.get("category"), str) else None,
         expect_finish_reason=expect if isinstance(expect, str) else None,
         expect_tool_call=_flag(item.get("expect_tool_call")),
+        api=_api_of(body),
     )
 
 
@@ -183,12 +197,14 @@ def _flag(value: Any) -> bool | None:
 
 
 def _batch(item: dict[str, Any]) -> Sample | str:
-    url = item.get("url")
+    url, body = item.get("url"), item["body"]
+    if url in _RESPONSES_PATHS and _is_responses(body):
+        return Sample(id=str(item["custom_id"]), body=body, format="batch", api=RESPONSES)
     if url is not None and url not in _CHAT_PATHS:
         return f"batch line for {url}"
-    if not isinstance(item["body"].get("messages"), list):
+    if not isinstance(body.get("messages"), list):
         return "body without messages"
-    return Sample(id=str(item["custom_id"]), body=item["body"], format="batch")
+    return Sample(id=str(item["custom_id"]), body=body, format="batch")
 
 
 def _audit(item: dict[str, Any], where: str) -> Sample | str:
@@ -264,19 +280,24 @@ class Prepared:
     stream: bool
     expect_length: bool  # finish_reason "length" is what the sample (or operator) asked for
     expect_tool_call: bool | None = None
+    api: str = CHAT
 
 
-def apply_overrides(body: dict[str, Any], overrides: Overrides) -> dict[str, Any]:
-    """A copy of `body` with the overrides applied; streaming always asks for usage."""
+def apply_overrides(body: dict[str, Any], overrides: Overrides, api: str = CHAT) -> dict[str, Any]:
+    """A copy of `body` with the overrides applied; a chat stream always asks for usage (a
+    Responses stream always ends with it)."""
     out = dict(body)
     if overrides.model is not None:
         out["model"] = overrides.model
     if overrides.max_tokens is not None:
-        named = [name for name in ("max_completion_tokens", "max_tokens") if name in out]
-        for name in named or ["max_tokens"]:
+        limits = ("max_output_tokens",) if api == RESPONSES else ("max_completion_tokens", "max_tokens")
+        named = [name for name in limits if name in out]
+        for name in named or [limits[-1]]:
             out[name] = overrides.max_tokens
     if overrides.stream is not None:
         out["stream"] = overrides.stream
+    if api == RESPONSES:
+        return out
     if out.get("stream") is True:
         # Token counts from the server beat any client-side estimate, so always ask for them.
         options = out.get("stream_options")
@@ -288,7 +309,7 @@ def apply_overrides(body: dict[str, Any], overrides: Overrides) -> dict[str, Any
 
 
 def prepare(sample: Sample, overrides: Overrides) -> Prepared:
-    body = apply_overrides(sample.body, overrides)
+    body = apply_overrides(sample.body, overrides, sample.api)
     if not isinstance(body.get("model"), str) or not body["model"]:
         raise PrepareError(f"sample {sample.id} names no model; pass --model")
     if body["model"] in PLACEHOLDER_MODELS:
@@ -304,6 +325,7 @@ def prepare(sample: Sample, overrides: Overrides) -> Prepared:
         stream=body.get("stream") is True,
         expect_length=expect_length,
         expect_tool_call=sample.expect_tool_call,
+        api=sample.api,
     )
 
 

@@ -1,4 +1,5 @@
-"""Interpreting an SSE chat-completions stream, event by event.
+"""Interpreting an SSE stream, event by event: chat-completions chunks, or the Responses API's typed
+events (`type` names each; the stream ends with its terminal `response.*` event, not `[DONE]`).
 
 The events come from `common.sse_reader`, on raw bytes and per network read, so that every event
 gets the arrival time of the read that delivered it; a broken event is seen as broken here
@@ -15,6 +16,17 @@ import orjson
 
 from common.sse_reader import is_done
 from replay.record import INBAND_ERROR, MALFORMED_CHUNK
+
+# Responses events that carry output (one output time each), and those that end a stream.
+_RESPONSES_DELTAS = frozenset(
+    {
+        "response.output_text.delta",
+        "response.reasoning_text.delta",
+        "response.refusal.delta",
+        "response.function_call_arguments.delta",
+    }
+)
+_RESPONSES_ENDS = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
 # The fallback token estimate when the server reports no usage: words and punctuation marks.
 _TOKEN_ESTIMATE = re.compile(r"\w+|[^\w\s]")
@@ -52,6 +64,10 @@ class StreamState:
         if "error" in chunk or name == b"error":
             self.fail(INBAND_ERROR, f"in-band error: {str(chunk.get('error', chunk))[:200]}")
             return
+        kind = chunk.get("type")
+        if isinstance(kind, str):  # a Responses API event (chat chunks have no `type`)
+            self._responses_event(kind, chunk, now)
+            return
         self._usage(chunk.get("usage"))
         choices = chunk.get("choices")
         if isinstance(choices, list):
@@ -59,6 +75,33 @@ class StreamState:
             # Several choices in one chunk still arrived together: one output time per chunk.
             if any(carried):
                 self.output_times.append(now)
+
+    def _responses_event(self, kind: str, event: dict[str, Any], now: float) -> None:
+        if kind in _RESPONSES_DELTAS:
+            delta = event.get("delta")
+            if isinstance(delta, str) and delta:
+                self.output_times.append(now)
+        elif kind in _RESPONSES_ENDS:
+            self.done = True
+            response = event.get("response")
+            self.read_response(response if isinstance(response, dict) else {})
+
+    def read_response(self, response: dict[str, Any]) -> None:
+        """A Responses API response object's end: finish reason (in chat's terms), usage, calls."""
+        usage = response.get("usage")
+        tokens = usage.get("output_tokens") if isinstance(usage, dict) else None
+        self.usage_tokens = tokens if isinstance(tokens, int) else self.usage_tokens
+        _, arguments = response_output(response)
+        self.tool_args = {n: [text] for n, text in enumerate(arguments)}
+        status = response.get("status")
+        if status == "completed":
+            self.finish_reason = "tool_calls" if arguments else "stop"
+        elif status == "incomplete":
+            details = response.get("incomplete_details")
+            reason = details.get("reason") if isinstance(details, dict) else None
+            self.finish_reason = "content_filter" if reason == "content_filter" else "length"
+        else:
+            self.fail(INBAND_ERROR, f"response {status}: {str(response.get('error'))[:200]}")
 
     def fail(self, reason: str, detail: str) -> None:
         if self.failure is None:
@@ -98,6 +141,22 @@ class StreamState:
             parts = self.tool_args.setdefault(index if isinstance(index, int) else position, [])
             if isinstance(piece, str):
                 parts.append(piece)
+
+
+def response_output(response: dict[str, Any]) -> tuple[str, list[str]]:
+    """(the text, each function call's arguments) of a Responses API response object's output."""
+    texts: list[str] = []
+    arguments: list[str] = []
+    output = response.get("output")
+    for item in output if isinstance(output, list) else ():
+        if not isinstance(item, dict):
+            continue
+        if item.get("type") == "function_call":
+            value = item.get("arguments")
+            arguments.append(value if isinstance(value, str) else "")
+        elif item.get("type") == "message" and isinstance(item.get("content"), list):
+            texts += [p["text"] for p in item["content"] if isinstance(p, dict) and isinstance(p.get("text"), str)]
+    return "".join(texts), arguments
 
 
 def first_invalid_arguments(arguments: Any) -> str | None:

@@ -159,3 +159,24 @@ def test_the_shared_bfcl_samples_all_load() -> None:
 def test_multiturn_sessions_are_not_single_requests_and_say_so() -> None:
     with pytest.raises(SampleError, match="no request samples found"):
         load_samples(SHARED_SAMPLES / "bfcl_multiturn_sessions.jsonl")
+
+
+def test_a_body_with_input_and_no_messages_is_a_responses_sample(tmp_path: Path) -> None:
+    path = tmp_path / "mixed.jsonl"
+    path.write_text(
+        "\n".join(
+            [
+                '{"id": "r", "model": "m", "input": "hi", "max_output_tokens": 3}',
+                '{"id": "c", "model": "m", "messages": [{"role": "user", "content": "hi"}]}',
+                '{"custom_id": "b", "url": "/v1/responses", "body": {"model": "m", "input": [{"role": "user"}]}}',
+                '{"custom_id": "e", "url": "/v1/embeddings", "body": {"model": "m", "input": "x"}}',
+            ]
+        )
+    )
+    loaded = load_samples(path)
+    assert [(s.id, s.api) for s in loaded.samples] == [("r", "responses"), ("c", "chat"), ("b", "responses")]
+    assert loaded.skipped == {"batch line for /v1/embeddings": 1}
+    prepared = prepare(loaded.samples[0], Overrides(max_tokens=9, stream=True))
+    # The Responses API names its limit max_output_tokens and has no stream_options.
+    assert orjson.loads(prepared.body) == {"model": "m", "input": "hi", "max_output_tokens": 9, "stream": True}
+    assert prepared.api == "responses"

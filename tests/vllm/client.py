@@ -127,6 +127,37 @@ def stream_through(
     return result
 
 
+@dataclass
+class ResponsesStreamResult:
+    """A streamed Responses API answer, read to its end."""
+
+    events: list[dict[str, Any]] = field(default_factory=list)
+    text: str = ""
+
+    @property
+    def final(self) -> dict[str, Any]:
+        """The response its terminal event carries."""
+        return dict(self.events[-1]["response"])
+
+
+def respond_through(
+    gateway: Gateway, body: dict[str, Any], key: str | None = None, timeout_s: float = 180
+) -> ResponsesStreamResult:
+    """Stream `body` through the gateway's `/v1/responses` to its end."""
+    result = ResponsesStreamResult()
+    with httpx.stream(
+        "POST", f"{gateway.url}/v1/responses", json=body, headers=gateway.headers(key), timeout=timeout_s
+    ) as reply:
+        assert reply.status_code == 200, reply.read()
+        for line in reply.iter_lines():
+            if line.startswith("data: "):
+                event = orjson.loads(line[6:])
+                result.events.append(event)
+                if event.get("type") == "response.output_text.delta":
+                    result.text += event["delta"]
+    return result
+
+
 def metric_total(server: VllmServer, name: str) -> float:
     """Sum of a counter's samples on vLLM's /metrics (e.g. vllm:prompt_tokens_total)."""
     text = httpx.get(f"{server.url}/metrics", timeout=10).text

@@ -2,10 +2,12 @@
 
 vLLM produces a token every few milliseconds, faster than a client can react: a SIGKILL sent when
 the client has seen N characters lands tens of tokens later, or after the answer ended. The tap
-forwards the engine's bytes line by line and counts the SSE events that carry output (content or
-a tool call); after the Nth it runs the action (SIGKILL or SIGSTOP the engine) and forwards
-nothing more of that response. So the gateway has seen exactly N events when the engine dies or
-goes silent, and the fault itself is real.
+forwards the engine's bytes line by line and counts the output they carry: characters of content
+(one a token for the test model) and tool-call deltas; once N are through it runs the action
+(SIGKILL or SIGSTOP the engine) and forwards nothing more of that response. So the gateway has
+seen the answer up to that point when the engine dies or goes silent, and the fault itself is
+real. Output, not events, is counted: an engine behind on its API server (a loaded machine)
+merges several tokens into one event, so an answer may have fewer events than tokens.
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import orjson
+
 
 @dataclass
 class Trigger:
-    after_events: int
+    after_events: int  # output carried (see the module's docstring), not events
     action: Callable[[], None]
     close: bool  # True: cut the connection after the action (a kill); False: hold it open (a hang)
     fired: bool = False
@@ -91,8 +95,9 @@ class Tap:
             while line := await reader.readline():
                 writer.write(line)
                 await writer.drain()
-                if line.startswith(b"data: {") and _carries_output(line):
-                    events += 1
+                carried = _output_in(line) if line.startswith(b"data: {") else 0
+                if carried:
+                    events += carried
                     trigger = self._trigger
                     if trigger is not None and not trigger.fired and events >= trigger.after_events:
                         trigger.fired = True
@@ -102,6 +107,17 @@ class Tap:
                         return
 
 
-def _carries_output(line: bytes) -> bool:
-    has_content = b'"content":"' in line and b'"content":""' not in line
-    return has_content or b'"tool_calls":[{' in line
+def _output_in(line: bytes) -> int:
+    """Characters of content plus tool-call deltas an SSE data line carries (0 if unparsable)."""
+    try:
+        event = orjson.loads(line[len(b"data: ") :])
+    except orjson.JSONDecodeError:
+        return 0
+    carried = 0
+    for choice in event.get("choices") or () if isinstance(event, dict) else ():
+        delta = choice.get("delta") if isinstance(choice, dict) else None
+        if isinstance(delta, dict):
+            content = delta.get("content")
+            carried += len(content) if isinstance(content, str) else 0
+            carried += len(delta.get("tool_calls") or ())
+    return carried

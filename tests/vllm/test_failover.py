@@ -1,12 +1,15 @@
 """Mid-stream failover on real vLLM: the engine serving a greedy stream is SIGKILLed (API server and
 engine core together) at several points of the answer; another engine continues it with
 `continue_final_message`, and the client's text equals vLLM's own uninterrupted answer, character
-for character. Usage summed across the hand-over is what the audit (and so the quota) charged."""
+for character. Usage summed across the hand-over is what the audit (and so the quota) charged.
+One of the points is a Responses API stream (issue 31): the same guarantee on that surface."""
 
 from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +18,14 @@ import pytest
 import redis
 
 from gateway.store.keys import scope_keys
-from testkit.procs import delete_redis_prefix, gateway_process, redis_store_config, shared_redis_url
+from testkit.procs import GatewayProcess, delete_redis_prefix, gateway_process, redis_store_config, shared_redis_url
 from tests.vllm.client import (
+    MODEL,
+    ZEN_PROMPT,
     chat_body,
     direct_answer,
     metric_total,
+    respond_through,
     stream_through,
     vllm_deployment,
     vllm_gateway_config,
@@ -74,9 +80,54 @@ def settled_tokens(prefix: str, key_id: str, expected: int | None, timeout_s: fl
         client.close()
 
 
-@pytest.mark.parametrize("position", [1, 120, 300])
+@dataclass(frozen=True)
+class Streamed:
+    """What a client of either surface was told, in the chat form's terms."""
+
+    text: str
+    usage: dict[str, int]
+    ended_by_length: bool
+    one_answer: bool
+    errors: list[Any]
+
+
+def stream_chat(gateway: GatewayProcess, key: str) -> Streamed:
+    result = stream_through(gateway, chat_body(max_tokens=MAX_TOKENS), key=key)
+    ended = result.events[-1] == "[DONE]" and result.finish_reasons == ["length"]
+    return Streamed(result.text, result.usage, ended, len(result.ids) == 1, result.errors)
+
+
+def stream_responses(gateway: GatewayProcess, key: str) -> Streamed:
+    body = {"model": MODEL, "input": ZEN_PROMPT, "max_output_tokens": MAX_TOKENS, "temperature": 0, "stream": True}
+    result = respond_through(gateway, body, key=key)
+    final, usage = result.final, result.final["usage"]
+    sequence = [event["sequence_number"] for event in result.events]
+    ended = (
+        result.events[-1]["type"] == "response.incomplete"
+        and final["incomplete_details"]["reason"] == "max_output_tokens"
+    )
+    return Streamed(
+        result.text,
+        {
+            "prompt_tokens": usage["input_tokens"],
+            "completion_tokens": usage["output_tokens"],
+            "total_tokens": usage["total_tokens"],
+        },
+        ended and final["output"][0]["content"][0]["text"] == result.text,
+        sequence == list(range(len(sequence)))
+        and len({e["response"]["id"] for e in result.events if "response" in e}) == 1,
+        [e for e in result.events if e["type"] in ("error", "response.failed")],
+    )
+
+
+@pytest.mark.parametrize(("position", "surface"), [(1, stream_chat), (120, stream_responses), (300, stream_chat)])
 def test_sigkill_mid_stream_continues_exactly(
-    pool: Pool, reference: dict[str, Any], tmp_path: Path, figures: dict[str, Any], position: int
+    pool: Pool,
+    reference: dict[str, Any],
+    tmp_path: Path,
+    figures: dict[str, Any],
+    position: int,
+    surface: Callable[[GatewayProcess, str], Streamed],
 ) -> None:
     expected = reference["choices"][0]["message"]["content"]
     prompt_tokens = reference["usage"]["prompt_tokens"]
@@ -97,7 +148,7 @@ def test_sigkill_mid_stream_continues_exactly(
     try:
         with gateway_process(tmp_path, config) as gateway:
             key_id, key = gateway.create_key(daily_tokens=10_000_000)  # a limit: the quota counts its tokens
-            result = stream_through(gateway, chat_body(max_tokens=MAX_TOKENS), key=key)
+            result = surface(gateway, key)
             audit = request_audit(gateway)
             charged = settled_tokens(prefix, key_id, result.usage.get("total_tokens"))
     finally:
@@ -107,17 +158,16 @@ def test_sigkill_mid_stream_continues_exactly(
 
     assert trigger.fired
     assert not result.errors, result.errors
-    assert result.events[-1] == "[DONE]"
-    assert len(result.ids) == 1
+    assert result.one_answer  # one id (and, for Responses, one unbroken run of sequence numbers)
     assert audit["deployments"] == names, audit  # it really was handed over
     # The continuation's prompt is the original one plus what the client already had; that part
     # is recorded as the continuation's cost, not billed as the client's prompt.
     handed_over_at = audit["continuation_prompt_tokens"]
     figures.setdefault("failover_positions", []).append(
-        {"killed_after_events": position, "handed_over_at_token": handed_over_at}
+        {"killed_after_events": position, "handed_over_at_token": handed_over_at, "surface": audit["surface"]}
     )
     assert result.text == expected
-    assert result.finish_reasons == ["length"]
+    assert result.ended_by_length
     # Usage: the dead engine's tokens (as streamed) + the continuation's own usage, nothing lost.
     usage = result.usage
     assert usage["completion_tokens"] == MAX_TOKENS

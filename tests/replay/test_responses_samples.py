@@ -1,0 +1,73 @@
+"""Replay of Responses API samples (issue 31): a sample whose body has `input` and no `messages`
+goes to `/v1/responses`, and its stream's typed events give TTFT, TPOT and the output tokens (from
+the terminal event's usage) as a chat stream's chunks do; failures keep their reasons. Against a
+real gateway process in front of the simulated backend."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from common.processes import Announced
+from replay.client import ClientConfig
+from replay.runner import LoadPlan
+from replay.samples import RESPONSES, Overrides, load_samples
+from replay.session import RunOptions, replay, run_blocking
+from testkit.procs import Gateway, deployment, gateway_config, running_gateway
+from tests.replay.conftest import chat_body, write_jsonl
+
+TOKENS = 8
+
+
+@pytest.fixture(scope="module")
+def gateway(sim_pair: list[Announced], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    path = tmp_path_factory.mktemp("replay-responses")
+    with running_gateway(path, gateway_config(deployment("a", sim_pair[0]))) as running:
+        yield running
+
+
+def samples(path: Path) -> Path:
+    lines: list[dict[str, Any]] = [
+        {"id": "r-text", "model": "sim-model", "input": "Tell me story 1.", "stream": True},
+        {
+            "id": "r-items",
+            "model": "sim-model",
+            "instructions": "Be brief.",
+            "input": [{"role": "user", "content": [{"type": "input_text", "text": "Tell me story 2."}]}],
+            "stream": True,
+        },
+        {"id": "r-whole", "model": "sim-model", "input": "Tell me story 3."},
+        {"id": "c-chat", **chat_body(4, stream=True)},
+        {
+            "custom_id": "r-batch",
+            "method": "POST",
+            "url": "/v1/responses",
+            "body": {"model": "sim-model", "input": "Tell me story 5.", "stream": True},
+        },
+        {"id": "r-gone", "model": "sim-model", "input": "Go on.", "previous_response_id": "resp_missing"},
+    ]
+    return write_jsonl(path, lines)
+
+
+def test_responses_samples_are_sent_to_their_api_and_timed_like_chat_ones(gateway: Gateway, tmp_path: Path) -> None:
+    path = samples(tmp_path / "responses.jsonl")
+    assert [s.api for s in load_samples(path).samples].count(RESPONSES) == 5
+    config = ClientConfig(f"{gateway.url}/v1", api_key=gateway.key)
+    options = RunOptions(path, config, LoadPlan(concurrency=2, count=6), Overrides(max_tokens=TOKENS))
+    document = run_blocking(replay(options))
+    records = {record["sample_id"]: record for record in document["records"]}
+    for streamed in ("r-text", "r-items", "c-chat", "r-batch"):
+        record = records[streamed]
+        assert record["ok"], record
+        assert (record["output_tokens"], record["tokens_source"]) == (TOKENS, "usage")
+        assert record["finish_reason"] == "length"  # --max-tokens: the cap is what was asked
+        assert 0 < record["ttft_s"] <= record["e2e_s"]
+        assert record["tpot_s"] is not None
+        assert record["tpot_s"] > 0
+    assert records["r-whole"]["ok"], records["r-whole"]
+    assert records["r-whole"]["ttft_s"] == records["r-whole"]["e2e_s"]
+    assert records["r-whole"]["output_tokens"] == TOKENS
+    assert (records["r-gone"]["ok"], records["r-gone"]["reason"]) == (False, "http_404")
