@@ -2,7 +2,7 @@
 benchmark's load runs (one scenario), and the top functions by own and total samples are printed.
 
     pip install py-spy
-    python -m bench.profile_gateway [--stream] [--concurrency 32] [--requests 6000] [--out profile.txt]
+    python -m bench.profile_gateway [--stream] [--api responses] [--concurrency 32] [--requests 6000]
 
 py-spy needs ptrace rights on the child (it runs as the same user; in a container, SYS_PTRACE).
 """
@@ -55,6 +55,7 @@ async def _load(path: PathUnderTest, scenario: Scenario, chunks: int, requests: 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--stream", action="store_true")
+    parser.add_argument("--api", choices=["chat", "responses"], default="chat", help="the API the load speaks")
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--requests", type=int, default=6000)
     parser.add_argument("--chunks", type=int, default=20)
@@ -77,7 +78,7 @@ def main() -> None:
         argv = [spy, "record", "--pid", str(gateway.process.pid), "--rate", str(options.rate)]
         recorder = subprocess.Popen([*argv, "--format", "raw", "--output", str(raw)])
         try:
-            target = PathUnderTest("gateway", gateway.url, gateway, key)
+            target = PathUnderTest("gateway", gateway.url, gateway, key, api=options.api)
             asyncio.run(_load(target, scenario, options.chunks, options.requests))
         finally:
             recorder.send_signal(2)  # py-spy writes its output on SIGINT

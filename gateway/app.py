@@ -26,6 +26,7 @@ from gateway.http.admin_pages import admin_page_routes, openapi_routes
 from gateway.http.chat_route import ChatCompletionsFirst
 from gateway.http.errors import install_error_handlers
 from gateway.http.health import HealthApi
+from gateway.http.messages_api import MessagesApi
 from gateway.http.metrics_api import MetricsApi
 from gateway.http.openai_api import OpenAIApi
 from gateway.http.requests import ParseRequest
@@ -33,6 +34,7 @@ from gateway.http.responses_api import ResponsesApi
 from gateway.pipeline import Call, Handler, Meter, Stage, compose
 from gateway.settings import OpenApiExposure, Settings
 from gateway.surfaces.chat_completions import ChatCompletions
+from gateway.surfaces.messages import Messages
 from gateway.surfaces.responses import Responses
 from gateway.telemetry.providers import Telemetry
 from gateway.telemetry.stage import TraceRequests
@@ -83,21 +85,29 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
         tools.collect_approval,
     ]
     # The APIs clients speak: translators at the edge (gateway/core/surface.py).
-    chat, responses = ChatCompletions(), Responses()
-    sessions = build_sessions(settings, base, access, compose(takeover_stages, call), Surfaces([chat, responses]))
+    chat, responses, messages = ChatCompletions(), Responses(), Messages()
+    surfaces = Surfaces([chat, responses, messages])
+    sessions = build_sessions(settings, base, access, compose(takeover_stages, call), surfaces)
     stages = request_path(access.authenticate, [access.quota])
     if sessions.claim_session is not None:
         stages.append(sessions.claim_session)
     pipeline = compose(stages, call)
     openai_api = OpenAIApi(
-        pipeline, access.authenticator, sessions.manager, access.tenancy, settings.server, chat, [responses]
+        pipeline, access.authenticator, sessions.manager, access.tenancy, settings.server, chat, [responses, messages]
     )
     health_api = HealthApi(
         base.router, base.store, base.audit, base.epoch, tools.tool_servers, releases.checkpoint_problems
     )
     kept = ResponsesApi(sessions.manager, access.authenticator).routes() if sessions.manager is not None else []
+    counting = MessagesApi(access.authenticator, settings.server).routes()
     serving = Part(
-        routes=[*openai_api.routes(), *kept, *health_api.routes(), *MetricsApi(base.telemetry.registry).routes()]
+        routes=[
+            *openai_api.routes(),
+            *kept,
+            *counting,
+            *health_api.routes(),
+            *MetricsApi(base.telemetry.registry).routes(),
+        ]
     )
     parts = [serving, base.part, access.part, tools.part, releases.part, sessions.part]
     app = _app(settings, parts, access.authenticator)

@@ -69,14 +69,25 @@ def principal_of(record: KeyRecord) -> Principal:
     )
 
 
-def bearer_secret(headers: Mapping[str, str]) -> str:
+def presented_secret(headers: Mapping[str, str]) -> str:
+    """The key a request presents: `Authorization: Bearer <key>`, or `x-api-key: <key>` (what the
+    Anthropic SDKs send); the Authorization header wins when both are there."""
     header = headers.get("authorization")
     if not header:
-        raise AuthenticationFailed("Missing API key: send 'Authorization: Bearer agw_...'")
+        given = headers.get("x-api-key", "").strip()
+        if not given:
+            raise AuthenticationFailed(
+                "Missing API key: send 'Authorization: Bearer agw_...' (or 'x-api-key: agw_...')"
+            )
+        return _checked(given)
     scheme, _, secret = header.partition(" ")
     secret = secret.strip()
     if scheme.lower() != "bearer" or not secret:
         raise AuthenticationFailed("Malformed Authorization header: expected 'Bearer <key>'")
+    return _checked(secret)
+
+
+def _checked(secret: str) -> str:
     if not secret.startswith(SECRET_PREFIX):
         raise AuthenticationFailed(f"Malformed API key: gateway keys start with '{SECRET_PREFIX}'")
     if len(secret) != _SECRET_LENGTH:  # most often a key cut short (or run on) when copied
@@ -109,7 +120,7 @@ class Authenticator:
         self._inflight: dict[str, asyncio.Future[KeyRecord | None]] = {}
 
     async def authenticate(self, headers: Mapping[str, str]) -> Principal:
-        key_digest = digest(bearer_secret(headers))
+        key_digest = digest(presented_secret(headers))
         if self._bootstrap_digest and hmac.compare_digest(key_digest, self._bootstrap_digest):
             return _bootstrap_principal()
         record = await self._lookup(key_digest)

@@ -77,7 +77,7 @@ class OpenAIApi:
         return [
             Route(CHAT_COMPLETIONS, self.chat_completions, methods=["POST"]),
             *(
-                Route(surface.path, functools.partial(self.answer, surface=surface), methods=["POST"])
+                Route(surface.path, functools.partial(self.answer_in_its_shape, surface=surface), methods=["POST"])
                 for surface in self._others
             ),
             Route("/v1/models", self.list_models, methods=["GET"]),
@@ -85,6 +85,14 @@ class OpenAIApi:
 
     async def chat_completions(self, request: Request) -> Response:
         return await self.answer(request, self.chat)
+
+    async def answer_in_its_shape(self, request: Request, surface: Surface) -> Response:
+        """`answer`, with an error before the first chunk in the surface's shape and status (an
+        Anthropic client parses Anthropic's); chat's errors go to the app's handlers instead."""
+        try:
+            return await self.answer(request, surface)
+        except GatewayError as error:
+            return surface_error_response(surface, error)
 
     async def answer(self, request: Request, surface: Surface) -> Response:
         """One request of `surface`'s through the pipeline: a GatewayError before the answer's

@@ -102,7 +102,10 @@ class SessionManager:
         }
 
     async def kept_answer(self, principal: Principal, answer_id: str) -> KeptAnswer:
-        """A kept answer (a stored Responses response) and its input items; 404 for any other id."""
+        """A kept answer (a stored Responses response) and its input items; 404 for any other id.
+        One still being made by a replica that died is taken over here: a poll keeps it going."""
+        state = await self._kept.state(principal, answer_id)
+        await self._readers.adopt(principal, answer_id, state)
         return await self._kept.get(principal, answer_id)
 
     async def cancel_kept(self, principal: Principal, answer_id: str) -> KeptAnswer:

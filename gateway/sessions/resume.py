@@ -157,6 +157,21 @@ class Readers:
                 return
             await asyncio.sleep(TAIL_POLL_S)  # the owner is alive: follow its checkpoints
 
+    async def adopt(self, principal: Principal, session_id: str, state: SessionState) -> None:
+        """Take a streaming session over if its owner died (its lease lapsed), though nobody
+        follows its stream: a kept answer being made in the background, asked about by a poll."""
+        if state.status != "streaming" or (principal.tenant, session_id) in self._live.by_key:
+            return
+        if not await self._store.session_claim(
+            principal.tenant, session_id, self._replica_id, self._settings.lease_ttl_s
+        ):
+            return  # its owner is alive
+        current = await self._store.session_load(principal.tenant, session_id)
+        if current is None or current.status != "streaming":  # it ended since it was read
+            await self._store.session_release(principal.tenant, session_id, self._replica_id)
+            return
+        await self._take_over(principal, session_id, current, self._surface_of(current, session_id))
+
     async def _take_over(
         self, principal: Principal, session_id: str, state: SessionState, surface: Surface
     ) -> LiveSession:
@@ -193,6 +208,7 @@ class Readers:
         owned = replace(state, owner=self._replica_id)
         live = LiveSession(principal.tenant, session_id, log_, owned, surface, fresh=False)
         live.flushed = len(recorded)
+        live.detached = state.kept  # a kept answer is read by whoever asks for it: no reader's leaving stops it
         produce = self._producer.produce(ctx, self._continue_stream(ctx), live)
         live.producer = asyncio.get_running_loop().create_task(produce)
         self._live.by_key[(principal.tenant, session_id)] = live

@@ -58,7 +58,9 @@ async def test_redis_killed_and_restarted_under_load_loses_nothing(tmp_path: Pat
         await steady_load(replicas, asyncio.Event(), warm, concurrency=2, max_requests=4, label="warm")
 
         tally, stop = Tally(), asyncio.Event()
-        load = asyncio.create_task(steady_load(replicas, stop, tally, concurrency=8, max_requests=3000))
+        # Ended by `stop` once the restarts are through; the count is only the loop's bound, set
+        # well above what the restarts take (3000 ran out once, when recoveries were slow).
+        load = asyncio.create_task(steady_load(replicas, stop, tally, concurrency=8, max_requests=12_000))
         recoveries: list[float] = []
         started = time.monotonic()
         for _ in range(RESTARTS):

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from gateway.auth.stage import bearer_secret, new_secret
+from gateway.auth.stage import new_secret, presented_secret
 from gateway.cli.main import cli
 from gateway.errors import AuthenticationFailed
 
@@ -55,7 +55,7 @@ def test_rollback_with_nothing_earlier_names_the_flag(tmp_path: Path) -> None:
 )
 def test_a_malformed_key_is_told_what_is_wrong(secret: str, expected: str) -> None:
     with pytest.raises(AuthenticationFailed) as caught:
-        bearer_secret({"authorization": f"Bearer {secret}"})
+        presented_secret({"authorization": f"Bearer {secret}"})
     assert expected in caught.value.message
     assert secret not in caught.value.message  # never echo a secret
 

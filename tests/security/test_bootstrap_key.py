@@ -13,7 +13,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from gateway.auth.stage import SECRET_PREFIX, bearer_secret
+from gateway.auth.stage import SECRET_PREFIX, presented_secret
 from gateway.cli.main import cli
 
 CONFIG = {
@@ -60,5 +60,5 @@ def test_keys_generate_prints_a_valid_key() -> None:
     assert result.exit_code == 0, result.output
     secret = result.output.strip()
     assert secret.startswith(SECRET_PREFIX)
-    assert bearer_secret({"authorization": f"Bearer {secret}"}) == secret
+    assert presented_secret({"authorization": f"Bearer {secret}"}) == secret
     assert CliRunner().invoke(cli, ["keys", "generate"]).output.strip() != secret

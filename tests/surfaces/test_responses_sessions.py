@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 import uuid
 from contextlib import ExitStack
 from pathlib import Path
@@ -60,6 +61,18 @@ def read_again(gateway: Gateway, response_id: str, starting_after: int) -> list[
     reply = httpx.get(url, headers=gateway.headers(), timeout=30)
     assert reply.status_code == 200, reply.text
     return parse(reply.text.splitlines())
+
+
+def poll_until_ended(gateway: Gateway, response_id: str, within_s: float = 60.0) -> dict[str, Any]:
+    """`GET /v1/responses/{id}` until the response is no longer in progress (bounded)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        reply = httpx.get(f"{gateway.url}/v1/responses/{response_id}", headers=gateway.headers(), timeout=10)
+        assert reply.status_code == 200, reply.text
+        if reply.json()["status"] not in ("queued", "in_progress"):
+            return dict(reply.json())
+        assert time.monotonic() < deadline, f"still {reply.json()['status']} after {within_s} s"
+        time.sleep(0.1)
 
 
 def assert_one_whole_response(events: list[tuple[int, Any]], text: str) -> None:
@@ -146,5 +159,13 @@ def test_a_replica_sigkilled_mid_response_is_taken_over_by_another(tmp_path: Pat
                     if len(parse(lines)) == 4 and first.process.process.poll() is None:
                         os.kill(first.process.process.pid, signal.SIGKILL)
             assert_one_whole_response(parse(lines), whole_text(second))
+            # One only polled: the replica asked about it takes it over once the dead one's lease lapses.
+            first = stack.enter_context(gateway_process(tmp_path, config, admin_key=admin_key))
+            first.key = second.key
+            begun = httpx.post(f"{first.url}/v1/responses", json=body, headers=first.headers(), timeout=20).json()
+            os.kill(first.process.process.pid, signal.SIGKILL)
+            polled = poll_until_ended(second, begun["id"])
+            (item,) = polled["output"]
+            assert (polled["status"], item["content"][0]["text"]) == ("incomplete", whole_text(second))
     finally:
         delete_redis_prefix(prefix)

@@ -141,12 +141,13 @@ class ResponsesStreamResult:
 
 
 def respond_through(
-    gateway: Gateway, body: dict[str, Any], key: str | None = None, timeout_s: float = 180
+    gateway: Gateway, body: dict[str, Any], key: str | None = None, timeout_s: float = 180, path: str = "/v1/responses"
 ) -> ResponsesStreamResult:
-    """Stream `body` through the gateway's `/v1/responses` to its end."""
+    """Stream `body` through the gateway's `/v1/responses` (or another API of typed events, `path`)
+    to its end."""
     result = ResponsesStreamResult()
     with httpx.stream(
-        "POST", f"{gateway.url}/v1/responses", json=body, headers=gateway.headers(key), timeout=timeout_s
+        "POST", f"{gateway.url}{path}", json=body, headers=gateway.headers(key), timeout=timeout_s
     ) as reply:
         assert reply.status_code == 200, reply.read()
         for line in reply.iter_lines():

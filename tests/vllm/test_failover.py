@@ -2,7 +2,8 @@
 engine core together) at several points of the answer; another engine continues it with
 `continue_final_message`, and the client's text equals vLLM's own uninterrupted answer, character
 for character. Usage summed across the hand-over is what the audit (and so the quota) charged.
-One of the points is a Responses API stream (issue 31): the same guarantee on that surface."""
+Each point is on another API: an Anthropic Messages stream (issue 32), a Responses API stream
+(issue 31) and a chat stream: the same guarantee on every surface."""
 
 from __future__ import annotations
 
@@ -120,7 +121,27 @@ def stream_responses(gateway: GatewayProcess, key: str) -> Streamed:
     )
 
 
-@pytest.mark.parametrize(("position", "surface"), [(1, stream_chat), (120, stream_responses), (300, stream_chat)])
+def stream_messages(gateway: GatewayProcess, key: str) -> Streamed:
+    body = {"model": MODEL, "messages": [{"role": "user", "content": ZEN_PROMPT}], "max_tokens": MAX_TOKENS}
+    result = respond_through(gateway, {**body, "temperature": 0, "stream": True}, key=key, path="/v1/messages")
+    events = result.events
+    text = "".join(e["delta"]["text"] for e in events if e["type"] == "content_block_delta")
+    (delta,) = [e for e in events if e["type"] == "message_delta"]
+    usage = delta["usage"]
+    return Streamed(
+        text,
+        {
+            "prompt_tokens": usage["input_tokens"],
+            "completion_tokens": usage["output_tokens"],
+            "total_tokens": usage["input_tokens"] + usage["output_tokens"],
+        },
+        delta["delta"]["stop_reason"] == "max_tokens" and events[-1]["type"] == "message_stop",
+        [e["type"] for e in events].count("message_start") == 1,
+        [e for e in events if e["type"] == "error"],
+    )
+
+
+@pytest.mark.parametrize(("position", "surface"), [(1, stream_messages), (120, stream_responses), (300, stream_chat)])
 def test_sigkill_mid_stream_continues_exactly(
     pool: Pool,
     reference: dict[str, Any],
