@@ -6,15 +6,14 @@ ended, the answer as its client last saw it (`SessionState.input_items`, `.answe
 
 from __future__ import annotations
 
-import asyncio
-import time
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.core.chunks import Chunk
 from gateway.core.principal import Principal
-from gateway.core.surface import Surfaces
-from gateway.errors import Conflict, NotFound, StoreCorrupt
-from gateway.sessions.live import TAIL_POLL_S, LiveSessions, may_open
+from gateway.core.surface import AnswerHead, Surface, Surfaces
+from gateway.errors import NotFound, StoreCorrupt
+from gateway.sessions.live import LiveSessions, may_open
 from gateway.store.base import SessionStore
 from gateway.store.session_record import SessionState
 
@@ -26,11 +25,10 @@ class KeptAnswer:
 
 
 class KeptAnswers:
-    def __init__(self, store: SessionStore, live: LiveSessions, surfaces: Surfaces, patience_s: float) -> None:
+    def __init__(self, store: SessionStore, live: LiveSessions, surfaces: Surfaces) -> None:
         self._store = store
         self._live = live
         self._surfaces = surfaces
-        self._patience_s = patience_s
 
     async def state(self, principal: Principal, answer_id: str) -> SessionState:
         """404 for an id that is not a kept answer the principal may open: never its content."""
@@ -45,24 +43,29 @@ class KeptAnswers:
         assert state.input_items is not None
         if state.answer is not None:
             return KeptAnswer(state.answer, state.input_items)
-        first = await self._first_event(principal.tenant, answer_id)
         surface = self._surfaces.named(state.surface)
-        answer = surface.answer_of(first) if surface is not None else None
+        first = await self._first_event(principal.tenant, answer_id)
+        answer = None if surface is None else surface.answer_of(first) if first is not None else _begun(surface, state)
         if answer is None:
             raise StoreCorrupt("session state", answer_id, "a kept answer's first event carries no answer")
         return KeptAnswer(answer, state.input_items)
 
-    async def _first_event(self, tenant: str, answer_id: str) -> bytes:
-        """An answer in progress as it began. Its id reached the client in that first event, so
-        the event is here or, streamed on another replica, in the store within a checkpoint."""
-        deadline = time.monotonic() + self._patience_s
-        while True:
-            live = self._live.by_key.get((tenant, answer_id))
-            if live is not None and live.log.events:
-                return live.log.events[0][1]
-            events = await self._store.session_events(tenant, answer_id, 0, 1)
-            if events:
-                return events[0][1]
-            if time.monotonic() >= deadline:
-                raise Conflict(f"Response '{answer_id}' has not started yet: ask again in a moment")
-            await asyncio.sleep(TAIL_POLL_S)
+    async def _first_event(self, tenant: str, answer_id: str) -> bytes | None:
+        live = self._live.by_key.get((tenant, answer_id))
+        if live is not None and live.log.events:
+            return live.log.events[0][1]
+        events = await self._store.session_events(tenant, answer_id, 0, 1)
+        return events[0][1] if events else None
+
+
+def _begun(surface: Surface, state: SessionState) -> dict[str, Any] | None:
+    """An answer in progress of which no event was checkpointed (its replica died at once, or its
+    first checkpoint is on the way): what its writer's first events would say."""
+    head = AnswerHead(
+        state.completion_id or "", state.created or 0, state.model or "", state.include_usage, echo=state.echo or {}
+    )
+    for payload in surface.writer(head).chunk(Chunk()):
+        answer = surface.answer_of(payload)
+        if answer is not None:
+            return answer
+    return None

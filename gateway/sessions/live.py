@@ -78,6 +78,7 @@ def state_of(ctx: RequestContext, owner: str) -> SessionState:
         transcript=transcript,
         surface=ctx.surface.name,
         input_items=ctx.kept_items if ctx.conversation is not None else None,
+        echo=dict(ctx.echo) or None,
     )
 
 

@@ -52,7 +52,7 @@ class SessionManager:
         self._producer = Producer(store, settings, replica_id, self._live)
         self._readers = Readers(store, settings, replica_id, self._live, self._producer, continue_stream, surfaces)
         self._unresumable = UnresumableMarks(store, settings, self._live)
-        self._kept = KeptAnswers(store, self._live, surfaces, max(1.0, 5 * settings.checkpoint_interval_s))
+        self._kept = KeptAnswers(store, self._live, surfaces)
 
     # --- a new response -----------------------------------------------------------------------
     async def start(self, ctx: RequestContext, chunks: AsyncGenerator[Chunk, None]) -> LiveSession:

@@ -196,6 +196,7 @@ class Readers:
             # Nothing checkpointed yet: start afresh, role event included, so numbering matches.
             resume=(text, chunks_sent) if recorded else None,
             resumed_events=tuple(payload for _, payload in recorded),
+            echo=state.echo or {},
             release=state.release,
             deployments=frozenset(state.deployments) if state.deployments else None,
             quota_hold=state.quota,

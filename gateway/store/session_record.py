@@ -77,6 +77,9 @@ class SessionState:
     # its client last saw it. None for every other session.
     input_items: tuple[dict[str, Any], ...] | None = None
     answer: dict[str, Any] | None = None
+    # What the answer repeats of its request (`ParsedRequest.echo`; the Responses API's): a replica
+    # taking the stream over before any event was checkpointed writes it from here.
+    echo: dict[str, Any] | None = None
 
     @property
     def kept(self) -> bool:
@@ -104,8 +107,9 @@ class SessionState:
             "surface": None if self.surface == CHAT_COMPLETIONS else self.surface,
             "input_items": None if self.input_items is None else list(self.input_items),
             "answer": self.answer,
+            "echo": self.echo,
         }
-        return fields.without_none(values, ("body", "transcript", "surface", "input_items", "answer"))
+        return fields.without_none(values, ("body", "transcript", "surface", "input_items", "answer", "echo"))
 
     def to_json(self) -> bytes:
         return orjson.dumps(self.to_dict())
@@ -118,7 +122,7 @@ class SessionState:
     def from_dict(cls, raw: dict[str, Any]) -> SessionState:
         """Checked field by field (ValueError naming the field); unknown fields are ignored."""
         optional = fields.optional_text
-        quota, body, answer = raw.get("quota"), raw.get("body"), raw.get("answer")
+        quota, body, answer, echo = raw.get("quota"), raw.get("body"), raw.get("answer"), raw.get("echo")
         created = fields.optional_number(raw, "created", _WHAT)
         return cls(
             status=fields.text(raw, "status", _WHAT),
@@ -138,6 +142,7 @@ class SessionState:
             surface=optional(raw, "surface", _WHAT) or CHAT_COMPLETIONS,
             input_items=_objects(raw.get("input_items"), "input_items", "an input item"),
             answer=None if answer is None else fields.json_object(answer, "a session's kept answer"),
+            echo=None if echo is None else fields.json_object(echo, "a session's echoed request"),
         )
 
 

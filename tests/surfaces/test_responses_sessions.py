@@ -167,5 +167,7 @@ def test_a_replica_sigkilled_mid_response_is_taken_over_by_another(tmp_path: Pat
             polled = poll_until_ended(second, begun["id"])
             (item,) = polled["output"]
             assert (polled["status"], item["content"][0]["text"]) == ("incomplete", whole_text(second))
+            # Taken over before any event was checkpointed, it still repeats its request.
+            assert (polled["max_output_tokens"], polled["background"]) == (30, True)
     finally:
         delete_redis_prefix(prefix)
