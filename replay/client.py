@@ -31,8 +31,8 @@ import orjson
 from common.sse_reader import SseReader, SseTooLarge
 from replay import record as r
 from replay.record import RequestRecord
-from replay.samples import CHAT, RESPONSES, Prepared
-from replay.stream import StreamState, estimate_tokens, first_invalid_arguments, response_output
+from replay.samples import CHAT, MESSAGES, RESPONSES, Prepared
+from replay.stream import StreamState, estimate_tokens, first_invalid_arguments, message_output, response_output
 from replay.wire import coalescing_transport
 
 # httpx imports httpcore when the first client is built (~60 ms) and httpcore imports these on the
@@ -40,6 +40,7 @@ from replay.wire import coalescing_transport
 _LAZY_STACK_MODULES = ("anyio._backends._asyncio", "h11", "h2.connection")
 
 _TEXT_KEYS = ("content", "reasoning_content", "reasoning")
+_PATHS = {CHAT: "/chat/completions", RESPONSES: "/responses", MESSAGES: "/messages"}
 _ERROR_BODY_BYTES = 4096
 # After [DONE] the body should end at once; a server that holds it open gets this long before the
 # connection is dropped, and the answer still counts (it was complete).
@@ -61,8 +62,9 @@ class ClientConfig:
     length_is_failure: bool = True
 
     def url(self, api: str = CHAT) -> str:
-        """Where a request for `api` (a sample's: chat completions or the Responses API) goes."""
-        return self.base_url.rstrip("/") + ("/responses" if api == RESPONSES else "/chat/completions")
+        """Where a request for `api` (a sample's: chat completions, the Responses or the Messages
+        API) goes."""
+        return self.base_url.rstrip("/") + _PATHS.get(api, "/chat/completions")
 
 
 async def warm_up_stack() -> None:
@@ -255,6 +257,14 @@ class _Exchange:
         self._read_completion(document, now)
 
     def _read_completion(self, document: dict[str, Any], now: float) -> None:
+        if document.get("type") == "message":  # the Anthropic Messages API's
+            text, arguments = message_output(document)
+            if text or arguments:
+                self.state.output_times.append(now)
+            self.state.read_message_end(document.get("stop_reason"), document.get("usage"))
+            self.state.tool_args = {n: [text] for n, text in enumerate(arguments)}
+            self._text_tokens = estimate_tokens(text + "".join(arguments))
+            return
         if document.get("object") == "response":  # the Responses API's
             text, arguments = response_output(document)
             if text or arguments:

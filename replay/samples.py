@@ -44,9 +44,11 @@ _SHAREGPT_ROLES = {
 }
 _CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
 _RESPONSES_PATHS = ("/v1/responses", "/responses")
-CHAT, RESPONSES = "chat", "responses"  # the API a sample's body is for
+_MESSAGES_PATHS = ("/v1/messages", "/messages")
+CHAT, RESPONSES, MESSAGES = "chat", "responses", "messages"  # the API a sample's body is for
+_APIS = frozenset({CHAT, RESPONSES, MESSAGES})
 # Keys of our JSONL lines that describe the sample rather than being part of the request.
-_PLAIN_META = frozenset({"id", "timestamp", "expect_finish_reason", "expect_tool_call"})
+_PLAIN_META = frozenset({"id", "timestamp", "expect_finish_reason", "expect_tool_call", "api"})
 # A model name sample sets use to mean "whatever the endpoint serves" (the shared BFCL samples do);
 # no server has a model of that name, so such a sample needs --model.
 PLACEHOLDER_MODELS = frozenset({"default"})
@@ -157,7 +159,11 @@ def _is_responses(body: dict[str, Any]) -> bool:
     return isinstance(body.get("input"), str | list) and "messages" not in body
 
 
-def _api_of(body: dict[str, Any]) -> str:
+def _api_of(body: dict[str, Any], named: Any = None) -> str:
+    """The API a body is for: the line's `api` when it names one (an Anthropic Messages body looks
+    like a chat one), else the Responses API for `input` without `messages`, else chat."""
+    if isinstance(named, str) and named in _APIS:
+        return named
     return RESPONSES if _is_responses(body) else CHAT
 
 
@@ -171,7 +177,7 @@ def _plain(item: dict[str, Any], where: str) -> Sample | str:
         timestamp=parse_timestamp(item.get("timestamp")),
         expect_finish_reason=expect if isinstance(expect, str) else None,
         expect_tool_call=_flag(item.get("expect_tool_call")),
-        api=_api_of(body),
+        api=_api_of(body, item.get("api")),
     )
 
 
@@ -188,7 +194,7 @@ def _shared(item: dict[str, Any], where: str) -> Sample | str:
         category=item.get("category") if isinstance(item.get("category"), str) else None,
         expect_finish_reason=expect if isinstance(expect, str) else None,
         expect_tool_call=_flag(item.get("expect_tool_call")),
-        api=_api_of(body),
+        api=_api_of(body, item.get("api")),
     )
 
 
@@ -200,6 +206,8 @@ def _batch(item: dict[str, Any]) -> Sample | str:
     url, body = item.get("url"), item["body"]
     if url in _RESPONSES_PATHS and _is_responses(body):
         return Sample(id=str(item["custom_id"]), body=body, format="batch", api=RESPONSES)
+    if url in _MESSAGES_PATHS and isinstance(body.get("messages"), list):
+        return Sample(id=str(item["custom_id"]), body=body, format="batch", api=MESSAGES)
     if url is not None and url not in _CHAT_PATHS:
         return f"batch line for {url}"
     if not isinstance(body.get("messages"), list):
@@ -290,13 +298,15 @@ def apply_overrides(body: dict[str, Any], overrides: Overrides, api: str = CHAT)
     if overrides.model is not None:
         out["model"] = overrides.model
     if overrides.max_tokens is not None:
-        limits = ("max_output_tokens",) if api == RESPONSES else ("max_completion_tokens", "max_tokens")
+        limits = {RESPONSES: ("max_output_tokens",), MESSAGES: ("max_tokens",)}.get(
+            api, ("max_completion_tokens", "max_tokens")
+        )
         named = [name for name in limits if name in out]
         for name in named or [limits[-1]]:
             out[name] = overrides.max_tokens
     if overrides.stream is not None:
         out["stream"] = overrides.stream
-    if api == RESPONSES:
+    if api != CHAT:  # their streams always end with the usage, and they know no stream_options
         return out
     if out.get("stream") is True:
         # Token counts from the server beat any client-side estimate, so always ask for them.

@@ -27,6 +27,19 @@ _RESPONSES_DELTAS = frozenset(
     }
 )
 _RESPONSES_ENDS = frozenset({"response.completed", "response.incomplete", "response.failed"})
+# Anthropic Messages events (their types have no dot): what carries output, and the stop reasons in chat's terms.
+_MESSAGES_KINDS = frozenset(
+    {
+        "message_start",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+        "ping",
+    }
+)
+_STOP_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls"}
 
 # The fallback token estimate when the server reports no usage: words and punctuation marks.
 _TOKEN_ESTIMATE = re.compile(r"\w+|[^\w\s]")
@@ -65,6 +78,9 @@ class StreamState:
             self.fail(INBAND_ERROR, f"in-band error: {str(chunk.get('error', chunk))[:200]}")
             return
         kind = chunk.get("type")
+        if kind in _MESSAGES_KINDS:  # an Anthropic Messages API event
+            self._messages_event(str(kind), chunk, now)
+            return
         if isinstance(kind, str):  # a Responses API event (chat chunks have no `type`)
             self._responses_event(kind, chunk, now)
             return
@@ -85,6 +101,31 @@ class StreamState:
             self.done = True
             response = event.get("response")
             self.read_response(response if isinstance(response, dict) else {})
+
+    def _messages_event(self, kind: str, event: dict[str, Any], now: float) -> None:
+        if kind == "content_block_start":
+            block = event.get("content_block")
+            if isinstance(block, dict) and block.get("type") == "tool_use":
+                self.tool_args[_index(event, len(self.tool_args))] = []
+        elif kind == "content_block_delta":
+            delta = _object(event.get("delta"))
+            piece = delta.get("text") or delta.get("partial_json") or delta.get("thinking")
+            if isinstance(piece, str) and piece:
+                self.output_times.append(now)
+                if delta.get("type") == "input_json_delta":
+                    self.tool_args.setdefault(_index(event, 0), []).append(piece)
+        elif kind == "message_delta":
+            delta = _object(event.get("delta"))
+            self.read_message_end(delta.get("stop_reason"), event.get("usage"))
+        elif kind == "message_stop":
+            self.done = True
+
+    def read_message_end(self, reason: Any, usage: Any) -> None:
+        """A Messages API answer's stop reason (in chat's terms) and output tokens."""
+        self.finish_reason = _STOP_REASONS.get(reason, reason) if isinstance(reason, str) else None
+        tokens = usage.get("output_tokens") if isinstance(usage, dict) else None
+        if isinstance(tokens, int):
+            self.usage_tokens = tokens
 
     def read_response(self, response: dict[str, Any]) -> None:
         """A Responses API response object's end: finish reason (in chat's terms), usage, calls."""
@@ -156,6 +197,30 @@ def response_output(response: dict[str, Any]) -> tuple[str, list[str]]:
             arguments.append(value if isinstance(value, str) else "")
         elif item.get("type") == "message" and isinstance(item.get("content"), list):
             texts += [p["text"] for p in item["content"] if isinstance(p, dict) and isinstance(p.get("text"), str)]
+    return "".join(texts), arguments
+
+
+def _index(event: dict[str, Any], otherwise: int) -> int:
+    index = event.get("index")
+    return index if isinstance(index, int) else otherwise
+
+
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def message_output(message: dict[str, Any]) -> tuple[str, list[str]]:
+    """(the text, each tool use's input as JSON) of an Anthropic Messages API message."""
+    texts: list[str] = []
+    arguments: list[str] = []
+    content = message.get("content")
+    for block in content if isinstance(content, list) else ():
+        if not isinstance(block, dict):
+            continue
+        if block.get("type") == "tool_use":
+            arguments.append(orjson.dumps(block.get("input", {})).decode())
+        elif block.get("type") == "text" and isinstance(block.get("text"), str):
+            texts.append(block["text"])
     return "".join(texts), arguments
 
 

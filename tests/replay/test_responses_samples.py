@@ -1,7 +1,8 @@
-"""Replay of Responses API samples (issue 31): a sample whose body has `input` and no `messages`
-goes to `/v1/responses`, and its stream's typed events give TTFT, TPOT and the output tokens (from
-the terminal event's usage) as a chat stream's chunks do; failures keep their reasons. Against a
-real gateway process in front of the simulated backend."""
+"""Replay of Responses and Messages API samples (issues 31, 32): a sample whose body has `input`
+and no `messages` goes to `/v1/responses`, one marked `"api": "messages"` (or a Batch line for
+`/v1/messages`) to `/v1/messages`, and their streams' typed events give TTFT, TPOT and the output
+tokens (from the usage they end with) as a chat stream's chunks do; failures keep their reasons.
+Against a real gateway process in front of the simulated backend."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 from common.processes import Announced
 from replay.client import ClientConfig
 from replay.runner import LoadPlan
-from replay.samples import RESPONSES, Overrides, load_samples
+from replay.samples import MESSAGES, RESPONSES, Overrides, load_samples
 from replay.session import RunOptions, replay, run_blocking
 from testkit.procs import Gateway, deployment, gateway_config, running_gateway
 from tests.replay.conftest import chat_body, write_jsonl
@@ -48,18 +49,33 @@ def samples(path: Path) -> Path:
             "body": {"model": "sim-model", "input": "Tell me story 5.", "stream": True},
         },
         {"id": "r-gone", "model": "sim-model", "input": "Go on.", "previous_response_id": "resp_missing"},
+        {
+            "id": "m-stream",
+            "api": "messages",
+            "model": "sim-model",
+            "max_tokens": 50,
+            "system": "Be brief.",
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "Tell me story 6."}]}],
+            "stream": True,
+        },
+        {
+            "custom_id": "m-whole",
+            "url": "/v1/messages",
+            "body": {"model": "sim-model", "max_tokens": 50, "messages": [{"role": "user", "content": "Story 7."}]},
+        },
     ]
     return write_jsonl(path, lines)
 
 
 def test_responses_samples_are_sent_to_their_api_and_timed_like_chat_ones(gateway: Gateway, tmp_path: Path) -> None:
     path = samples(tmp_path / "responses.jsonl")
-    assert [s.api for s in load_samples(path).samples].count(RESPONSES) == 5
+    apis = [s.api for s in load_samples(path).samples]
+    assert (apis.count(RESPONSES), apis.count(MESSAGES)) == (5, 2)
     config = ClientConfig(f"{gateway.url}/v1", api_key=gateway.key)
-    options = RunOptions(path, config, LoadPlan(concurrency=2, count=6), Overrides(max_tokens=TOKENS))
+    options = RunOptions(path, config, LoadPlan(concurrency=2, count=8), Overrides(max_tokens=TOKENS))
     document = run_blocking(replay(options))
     records = {record["sample_id"]: record for record in document["records"]}
-    for streamed in ("r-text", "r-items", "c-chat", "r-batch"):
+    for streamed in ("r-text", "r-items", "c-chat", "r-batch", "m-stream"):
         record = records[streamed]
         assert record["ok"], record
         assert (record["output_tokens"], record["tokens_source"]) == (TOKENS, "usage")
@@ -71,3 +87,5 @@ def test_responses_samples_are_sent_to_their_api_and_timed_like_chat_ones(gatewa
     assert records["r-whole"]["ttft_s"] == records["r-whole"]["e2e_s"]
     assert records["r-whole"]["output_tokens"] == TOKENS
     assert (records["r-gone"]["ok"], records["r-gone"]["reason"]) == (False, "http_404")
+    assert records["m-whole"]["ok"], records["m-whole"]
+    assert (records["m-whole"]["output_tokens"], records["m-whole"]["finish_reason"]) == (TOKENS, "length")
