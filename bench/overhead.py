@@ -199,6 +199,9 @@ def measure(options: Options, peers: Peers) -> Outcome:
             PathUnderTest("gateway", gateway.url, gateway, gateway_key),
             # The same gateway on the Responses API: what translating at the edge costs.
             PathUnderTest("gateway-responses", gateway.url, gateway, gateway_key, api="responses"),
+            # ... with store: false: the translation alone, without keeping each response.
+            PathUnderTest("gateway-responses-unkept", gateway.url, gateway, gateway_key, api="responses-unkept"),
+            PathUnderTest("gateway-messages", gateway.url, gateway, gateway_key, api="messages"),
         ]
         master_key = "sk-bench-" + secrets.token_hex(16)
         litellm, reason = _start_litellm_or_none(workdir, peers.litellm, upstream, master_key)

@@ -24,6 +24,7 @@ import httptools
 # One match per SSE event whose delta carries non-empty text; allows a space after the colon.
 CHAT_CONTENT = re.compile(rb'"content":\s*"(?!")')  # a chat chunk with text
 RESPONSES_CONTENT = re.compile(rb'"type":"response\.output_text\.delta"')  # a Responses text delta
+MESSAGES_CONTENT = re.compile(rb'"type":"text_delta"')  # a Messages API text delta
 _EVENT_END = b"\n\n"
 
 

@@ -133,9 +133,15 @@ def ratios(table: Sequence[Row], scenarios: Sequence[Scenario]) -> list[Ratio]:
             result.append(
                 _ratio(f"c={high} {kind}: gateway CPU ms per request", cpu, at_most=0.8 if scenario.stream else 0.7)
             )
-            # Issue 31: the Responses surface costs at most 15% more CPU per request than chat.
-            surface = _quotient(_field(_find(table, scenario, "gateway-responses"), "cpu_ms_per_req"), cpu)
-            result.append(_ratio(f"c={high} {kind}: CPU per request, Responses / chat", surface, at_most=1.15))
+            # Issues 31 and 32: each other surface costs at most 15% more CPU per request than chat.
+            surfaces = (
+                ("gateway-responses", "Responses (kept)"),
+                ("gateway-responses-unkept", "Responses (store: false)"),
+                ("gateway-messages", "Messages"),
+            )
+            for path, label in surfaces:
+                surface = _quotient(_field(_find(table, scenario, path), "cpu_ms_per_req"), cpu)
+                result.append(_ratio(f"c={high} {kind}: CPU per request, {label} / chat", surface, at_most=1.15))
         if scenario.stream and scenario.concurrency == low:
             gap = _field(ours, "added_gap_ms")
             result.append(_ratio(f"c={low} streaming: gateway per-chunk overhead (ms)", gap, at_most=0.1))

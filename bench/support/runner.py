@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from bench.support.fast_upstream import TOKEN
-from bench.support.loadgen import RESPONSES_CONTENT, Pool, Spec, Window, render_request
+from bench.support.loadgen import MESSAGES_CONTENT, RESPONSES_CONTENT, Pool, Spec, Window, render_request
 from bench.support.procs import Service, cpu_seconds
 
 T = TypeVar("T")
@@ -40,7 +40,9 @@ class PathUnderTest:
     api_key: str = "sk-bench"  # the upstream takes any
     headers: tuple[tuple[str, str], ...] = ()  # more request headers (Portkey is told its upstream this way)
     streams: bool = True  # False: the path fails streaming here, so only non-streaming scenarios run on it
-    api: str = "chat"  # or "responses": POST /v1/responses (the gateway only)
+    # Or "responses" (POST /v1/responses, kept: store true as by default), "responses-unkept"
+    # (store: false), "messages" (POST /v1/messages): the gateway only.
+    api: str = "chat"
 
 
 @dataclass(frozen=True)
@@ -72,8 +74,21 @@ class Figures:
     loadgen_cpu_ms_per_req: float
 
 
-def _responses_body(model: str, stream: bool) -> bytes:
+def _responses_body(model: str, stream: bool, store: bool = True) -> bytes:
     body: dict[str, object] = {"model": model, "input": "Say something."}
+    if not store:
+        body["store"] = False
+    if stream:
+        body["stream"] = True
+    return orjson.dumps(body)
+
+
+def _messages_body(model: str, stream: bool) -> bytes:
+    body: dict[str, object] = {
+        "model": model,
+        "max_tokens": 1024,
+        "messages": [{"role": "user", "content": "Say something."}],
+    }
     if stream:
         body["stream"] = True
     return orjson.dumps(body)
@@ -90,10 +105,14 @@ def make_spec(path: PathUnderTest, scenario: Scenario, chunks: int) -> Spec:
     parts = urlsplit(path.url)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
     expected = (TOKEN * chunks).encode()
-    if path.api == "responses":
-        body = _responses_body("fast", scenario.stream)
+    if path.api in ("responses", "responses-unkept"):
+        body = _responses_body("fast", scenario.stream, store=path.api == "responses")
         request = render_request(host, port, "/v1/responses", path.api_key, body, path.headers)
         return Spec(host, port, request, scenario.stream, chunks, expected, RESPONSES_CONTENT)
+    if path.api == "messages":
+        body = _messages_body("fast", scenario.stream)
+        request = render_request(host, port, "/v1/messages", path.api_key, body, path.headers)
+        return Spec(host, port, request, scenario.stream, chunks, expected, MESSAGES_CONTENT)
     body = _body("fast", scenario.stream)
     request = render_request(host, port, "/v1/chat/completions", path.api_key, body, path.headers)
     return Spec(host, port, request, scenario.stream, chunks, expected)

@@ -109,7 +109,8 @@ class Checkpointer:
         if live.log.closed and live.state.status != "done":
             # Not opted in to a transcript: the request (prompts) was kept only for a takeover, now
             # impossible; what stays is what a resume replays, the events.
-            body = live.state.body if live.state.transcript is not None else None
+            # A kept answer's request is in its conversation (the transcript) already.
+            body = live.state.body if live.state.transcript is not None and not live.state.kept else None
             live.state, live.state_saved = replace(live.state, status="done", body=body), False
         pending = live.log.events[live.flushed :]
         lease = self._settings.lease_ttl_s

@@ -163,7 +163,10 @@ class Producer:
             return
         state = state_of(ctx, self._replica_id)
         transcript = (*(state.transcript or ()), message)
-        state = replace(state, status="done", transcript=transcript, answer=answer if kept else None)
+        # A kept answer's request is in its conversation now; its body is for a takeover, which a
+        # finished answer never needs.
+        body = None if kept else state.body
+        state = replace(state, status="done", transcript=transcript, answer=answer if kept else None, body=body)
         save = self._store.session_save(ctx.principal.tenant, ctx.session_id, state, ttl_of(state, self._settings))
         if kept:
             try:

@@ -61,6 +61,9 @@ class EmbeddedStore:
         # Every new stream opens its session before its first upstream byte: concurrent opens
         # share one transaction.
         self._opens: GroupCommit[SessionCheckpoint, bool] = GroupCommit(self._open_sessions)
+        # Every kept answer not streamed (a Responses response) is saved before it is answered:
+        # concurrent saves share one transaction too.
+        self._saves: GroupCommit[sessions.Save, None] = GroupCommit(self._save_sessions)
 
     async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
         if self._closed:
@@ -123,9 +126,13 @@ class EmbeddedStore:
 
     async def session_save(self, tenant: str, session_id: str, state: SessionState, ttl_s: float) -> None:
         check_ttl(ttl_s)
+        await self._saves.submit(sessions.Save(tenant, session_id, state, ttl_s))
+
+    async def _save_sessions(self, items: list[sessions.Save]) -> list[None]:
         now = self._clock()
         purge = self._purge_due(now)
-        await self._run(lambda db: sessions.save(db, tenant, session_id, state, now, ttl_s, purge=purge))
+        await self._run(lambda db: sessions.save_all(db, items, now, purge=purge))
+        return [None] * len(items)
 
     async def session_load(self, tenant: str, session_id: str) -> SessionState | None:
         now = self._clock()

@@ -19,7 +19,7 @@ from __future__ import annotations
 import sqlite3
 import struct
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from gateway.store.base import SessionCheckpoint
 from gateway.store.fields import stored
@@ -102,21 +102,24 @@ def _touch(db: sqlite3.Connection, tenant: str, session_id: str, now: float, ttl
     db.execute(_TOUCH, {**where, "state": state, "expires": now + ttl_s, "replace": state is not None})
 
 
-def save(
-    db: sqlite3.Connection,
-    tenant: str,
-    session_id: str,
-    state: SessionState,
-    now: float,
-    ttl_s: float,
-    *,
-    purge: bool,
-) -> None:
-    """`purge`: also remove some long-expired sessions, in the same transaction."""
+@dataclass(frozen=True, slots=True)
+class Save:
+    """One `session_save` of a batch written in one transaction (see group_commit.py)."""
+
+    tenant: str
+    session_id: str
+    state: SessionState
+    ttl_s: float
+
+
+def save_all(db: sqlite3.Connection, items: list[Save], now: float, *, purge: bool) -> None:
+    """Each item's state saved, in order, in one transaction; `purge`: also remove some
+    long-expired sessions in it."""
     with transaction(db, "BEGIN IMMEDIATE"):
         if purge:
             _purge_expired(db, now)
-        _touch(db, tenant, session_id, now, ttl_s, state.to_json())
+        for item in items:
+            _touch(db, item.tenant, item.session_id, now, item.ttl_s, item.state.to_json())
 
 
 def load(db: sqlite3.Connection, tenant: str, session_id: str, now: float) -> SessionState | None:

@@ -19,7 +19,7 @@ which run at OpenAI and have no backend here.
 
 from __future__ import annotations
 
-import secrets
+import random
 from dataclasses import dataclass
 from typing import Any
 
@@ -142,7 +142,10 @@ def _stored_item(item: dict[str, Any]) -> dict[str, Any]:
 
 
 def _item_id(prefix: str) -> str:
-    return f"{prefix}_{secrets.token_hex(12)}"
+    # Unique within a response's chain is all an item id needs (access is by the response's id and
+    # key, never by an item's): the interpreter's generator (reseeded in a forked worker), not a
+    # system call per item.
+    return f"{prefix}_{random.getrandbits(96):024x}"
 
 
 _SCALARS: tuple[tuple[str, str, type | tuple[type, ...]], ...] = (
