@@ -5,14 +5,17 @@ afterwards the audit chain verifies and no quota lease is left behind (test_fuzz
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from hypothesis import given
+import schemathesis
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from schemathesis import GenerationMode
 
 from common.processes import Announced
 from testkit.procs import Gateway, deployment, gateway_config, policy_file, running_gateway
@@ -48,3 +51,83 @@ def test_fuzz_messages_never_5xx(
         tally.check(reply, repr(content[:300]))
 
     run_and_report(case, tally, "messages", fuzzed, record_property, capsys)
+
+
+_ANSWERS = {"responses": {"default": {"description": "any"}}}
+_TEXT_BLOCK = {
+    "type": "object",
+    "required": ["type", "text"],
+    "properties": {"type": {"type": "string", "enum": ["text"]}, "text": {"type": "string", "maxLength": 30}},
+}
+_MESSAGE = {
+    "type": "object",
+    "required": ["role", "content"],
+    "properties": {
+        "role": {"type": "string", "enum": ["user", "assistant"]},
+        "content": {
+            "anyOf": [{"type": "string", "maxLength": 30}, {"type": "array", "items": _TEXT_BLOCK, "maxItems": 2}]
+        },
+    },
+}
+_BODY = {
+    "type": "object",
+    "required": ["model", "max_tokens", "messages"],
+    "properties": {
+        "model": {"type": "string", "enum": ["sim-model"]},
+        "max_tokens": {"type": "integer", "minimum": 1, "maximum": 8},
+        "messages": {"type": "array", "items": _MESSAGE, "minItems": 1, "maxItems": 3},
+        "system": {"type": "string", "maxLength": 30},
+        "stream": {"type": "boolean"},
+        "temperature": {"type": "number", "minimum": 0, "maximum": 1},
+        "stop_sequences": {"type": "array", "items": {"type": "string", "minLength": 1, "maxLength": 4}, "maxItems": 2},
+    },
+    "additionalProperties": False,
+}
+# The Messages routes are served as Starlette routes, not FastAPI operations: their schema is
+# written here, the subset of Anthropic's documented request the gateway serves.
+MESSAGES_ROUTES_SCHEMA: dict[str, Any] = {
+    "openapi": "3.0.3",
+    "info": {"title": "Messages routes", "version": "1"},
+    "paths": {
+        route: {
+            "post": {"requestBody": {"required": True, "content": {"application/json": {"schema": _BODY}}}, **_ANSWERS}
+        }
+        for route in ("/v1/messages", "/v1/messages/count_tokens")
+    },
+}
+SCHEMA_CASES_PER_OPERATION = 15  # per generation mode
+
+
+def test_schemathesis_on_the_messages_routes_finds_no_5xx(fuzzed: Gateway, capsys: pytest.CaptureFixture[str]) -> None:
+    schema: Any = schemathesis.openapi.from_dict(MESSAGES_ROUTES_SCHEMA)
+    statuses: Counter[int] = Counter()
+    server_errors: list[str] = []
+    headers = {"x-api-key": fuzzed.key, "anthropic-version": "2023-06-01"}
+    operations = [result.ok() for result in schema.get_all_operations()]
+    for operation in operations:
+        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+
+            @settings(
+                max_examples=SCHEMA_CASES_PER_OPERATION,
+                deadline=None,
+                derandomize=True,
+                database=None,
+                suppress_health_check=list(HealthCheck),
+            )
+            @given(case=operation.as_strategy(generation_mode=mode))
+            def run(case: Any) -> None:
+                response = case.call(base_url=fuzzed.url, headers=headers, timeout=REQUEST_TIMEOUT_S)
+                statuses[response.status_code] += 1
+                if response.status_code >= 500:
+                    server_errors.append(f"{case.method} {case.formatted_path}: {response.text[:300]}")
+
+            try:
+                run()
+            except Exception as error:  # schemathesis cannot build cases for this operation and mode
+                if "Unsatisfiable" not in type(error).__name__:
+                    raise
+    with capsys.disabled():
+        cases = sum(statuses.values())
+        print(f"\nschemathesis messages routes: {len(operations)} operations, {cases} cases, {dict(statuses)}")
+    assert server_errors == [], server_errors
+    assert statuses[200] > 0, "no case fit the schema and was answered"

@@ -1,9 +1,13 @@
 """A streamed Messages API answer is a session's stream like a chat one (issue 32): a client that
 reconnects with `Last-Event-ID` gets exactly the events it missed, and the two parts make one
-whole message (one message_start, blocks numbered once, message_stop at the end)."""
+whole message (one message_start, blocks numbered once, message_stop at the end). A replica
+SIGKILLed mid-message is taken over by another (tests/surfaces/test_responses_sessions.py runs
+that on its Redis pair)."""
 
 from __future__ import annotations
 
+import os
+import signal
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,7 +35,9 @@ def whole_text(gateway: Gateway) -> str:
     return "".join(block["text"] for block in reply.json()["content"])
 
 
-def read_then_drop(gateway: Gateway, session_id: str, keep: int) -> list[tuple[int, Any]]:
+def read_then_drop(gateway: Gateway, session_id: str, keep: int, kill_pid: int | None = None) -> list[tuple[int, Any]]:
+    """The first `keep` events of a new streamed message, read before dropping the connection (or
+    SIGKILLing the replica)."""
     lines: list[str] = []
     headers = {"x-api-key": gateway.key, "X-Session-Id": session_id}
     body = {**BODY, "stream": True}
@@ -40,20 +46,24 @@ def read_then_drop(gateway: Gateway, session_id: str, keep: int) -> list[tuple[i
         for line in reply.iter_lines():
             lines.append(line)
             if len(parse(lines)) == keep:
+                if kill_pid is not None:
+                    os.kill(kill_pid, signal.SIGKILL)
                 break
     return parse(lines)
 
 
-@pytest.mark.parametrize("keep", [1, 4, 15])
-def test_a_messages_stream_resumed_after_a_disconnect_loses_and_repeats_nothing(gateway: Gateway, keep: int) -> None:
-    session_id = f"s-{uuid.uuid4().hex[:8]}"
-    seen = read_then_drop(gateway, session_id, keep)
-    events = seen + resume(gateway, session_id, seen[-1][0])
+def assert_one_whole_message(events: list[tuple[int, Any]], text: str) -> None:
     assert [seq for seq, _ in events] == list(range(1, len(events) + 1))
     kinds = [payload["type"] for _, payload in events]
     assert kinds[:2] == ["message_start", "ping"]
     assert kinds[-2:] == ["message_delta", "message_stop"]
     assert kinds.count("message_start") == 1
     assert kinds.count("content_block_start") == kinds.count("content_block_stop") == 1
-    text = "".join(p["delta"]["text"] for _, p in events if p["type"] == "content_block_delta")
-    assert text == whole_text(gateway)
+    assert "".join(p["delta"]["text"] for _, p in events if p["type"] == "content_block_delta") == text
+
+
+@pytest.mark.parametrize("keep", [1, 4, 15])
+def test_a_messages_stream_resumed_after_a_disconnect_loses_and_repeats_nothing(gateway: Gateway, keep: int) -> None:
+    session_id = f"s-{uuid.uuid4().hex[:8]}"
+    seen = read_then_drop(gateway, session_id, keep)
+    assert_one_whole_message(seen + resume(gateway, session_id, seen[-1][0]), whole_text(gateway))

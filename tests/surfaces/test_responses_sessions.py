@@ -29,6 +29,9 @@ from testkit.procs import (
     running_gateway,
 )
 from tests.e2e.test_sessions import parse, resume
+from tests.surfaces.test_messages_sessions import assert_one_whole_message
+from tests.surfaces.test_messages_sessions import read_then_drop as read_message_then_drop
+from tests.surfaces.test_messages_sessions import whole_text as whole_message_text
 
 BODY = {"model": "sim-model", "input": "a resumable answer", "max_output_tokens": 30, "stream": True}
 
@@ -169,5 +172,12 @@ def test_a_replica_sigkilled_mid_response_is_taken_over_by_another(tmp_path: Pat
             assert (polled["status"], item["content"][0]["text"]) == ("incomplete", whole_text(second))
             # Taken over before any event was checkpointed, it still repeats its request.
             assert (polled["max_output_tokens"], polled["background"]) == (30, True)
+            # An Anthropic Messages stream on the same pair: the taking writer goes on with its blocks.
+            first = stack.enter_context(gateway_process(tmp_path, config, admin_key=admin_key))
+            first.key = second.key
+            session_id = f"m-{uuid.uuid4().hex[:8]}"
+            seen = read_message_then_drop(first, session_id, 7, kill_pid=first.process.process.pid)
+            first.process.process.wait(10)
+            assert_one_whole_message(seen + resume(second, session_id, seen[-1][0]), whole_message_text(second))
     finally:
         delete_redis_prefix(prefix)
