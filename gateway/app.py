@@ -34,6 +34,7 @@ from gateway.http.responses_api import ResponsesApi
 from gateway.pipeline import Call, Handler, Meter, Stage, compose
 from gateway.settings import OpenApiExposure, Settings
 from gateway.surfaces.chat_completions import ChatCompletions
+from gateway.surfaces.embeddings import Embeddings
 from gateway.surfaces.messages import Messages
 from gateway.surfaces.responses import Responses
 from gateway.telemetry.providers import Telemetry
@@ -85,15 +86,21 @@ def create_app(settings: Settings, telemetry: Telemetry | None = None) -> FastAP
         tools.collect_approval,
     ]
     # The APIs clients speak: translators at the edge (gateway/core/surface.py).
-    chat, responses, messages = ChatCompletions(), Responses(), Messages()
-    surfaces = Surfaces([chat, responses, messages])
+    chat, responses, messages, embeddings = ChatCompletions(), Responses(), Messages(), Embeddings()
+    surfaces = Surfaces([chat, responses, messages, embeddings])
     sessions = build_sessions(settings, base, access, compose(takeover_stages, call), surfaces)
     stages = request_path(access.authenticate, [access.quota])
     if sessions.claim_session is not None:
         stages.append(sessions.claim_session)
     pipeline = compose(stages, call)
     openai_api = OpenAIApi(
-        pipeline, access.authenticator, sessions.manager, access.tenancy, settings.server, chat, [responses, messages]
+        pipeline,
+        access.authenticator,
+        sessions.manager,
+        access.tenancy,
+        settings.server,
+        chat,
+        [responses, messages, embeddings],
     )
     health_api = HealthApi(
         base.router, base.store, base.audit, base.epoch, tools.tool_servers, releases.checkpoint_problems

@@ -33,6 +33,7 @@ from gateway.core.route_log import RouteLog
 from gateway.core.surface import Continuity, Surface
 from gateway.routing.router import Router
 from gateway.routing.trace import RouteTrace, UntracedRoute
+from gateway.settings import Operation
 from gateway.store.release_record import Release
 from gateway.store.session_record import QuotaHold
 from gateway.tokens import counted, estimate_prompt_tokens, floor_tokens, output_characters
@@ -107,6 +108,7 @@ class RequestContext:
     include_usage: bool = False
     echo: Mapping[str, Any] = field(default_factory=dict)  # the surface's, for its answer (ParsedRequest.echo)
     continuity: Continuity | None = None  # the kept answers it continues and makes (ParsedRequest.continuity)
+    operation: Operation = Operation.CHAT  # what the deployments are asked (ParsedRequest.operation)
 
     # TraceRequests (telemetry/stage.py).
     trace: Trace = field(default_factory=Untraced)  # inert without the tracing stage
@@ -217,5 +219,11 @@ class Call:
 
     def __call__(self, ctx: RequestContext) -> AsyncGenerator[Chunk, None]:
         return self._router.stream(
-            ctx.model, ctx.body, ctx.route, resume=ctx.resume, trace=ctx.trace, allowed=ctx.deployments
+            ctx.model,
+            ctx.body,
+            ctx.route,
+            resume=ctx.resume,
+            trace=ctx.trace,
+            allowed=ctx.deployments,
+            operation=ctx.operation,
         )

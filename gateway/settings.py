@@ -58,6 +58,13 @@ class BackendKind(StrEnum):
     LITELLM = "litellm"  # providers that do not speak the OpenAI protocol
 
 
+class Operation(StrEnum):
+    """What a deployment is asked to do: answer a conversation, or embed text."""
+
+    CHAT = "chat"  # POST {api_base}/chat/completions
+    EMBEDDINGS = "embeddings"  # POST {api_base}/embeddings
+
+
 class Continuation(StrEnum):
     """How a deployment can continue a partial assistant message after a mid-stream failure."""
 
@@ -112,6 +119,15 @@ class DeploymentSettings(Frozen):
     continuation: Continuation = Continuation.NONE
     health_path: str = Field(default="/models", description="relative to api_base, or a full URL")
     load_hook: LoadHook | None = None
+    serves: list[Operation] = Field(
+        default_factory=lambda: [Operation.CHAT], min_length=1, description="what it is asked to do: chat, embeddings"
+    )
+
+    @model_validator(mode="after")
+    def _embeddings_over_openai_only(self) -> DeploymentSettings:
+        if Operation.EMBEDDINGS in self.serves and self.kind is not BackendKind.OPENAI:
+            raise ValueError("serves: embeddings needs kind: openai (an OpenAI-compatible /embeddings)")
+        return self
 
     @field_validator("health_path")
     @classmethod

@@ -22,6 +22,8 @@ CHARS_PER_TOKEN_FLOOR = 8
 def estimate_prompt_tokens(body: dict[str, Any]) -> int:
     # ~4 characters per token is the usual rule of thumb for what the prompt will cost.
     size = len(orjson.dumps(body.get("messages", ()))) + len(orjson.dumps(body.get("tools", ())))
+    if "input" in body:  # an embeddings request's text (or token ids: an overestimate, never under)
+        size += len(orjson.dumps(body["input"]))
     return size // 4 + 1
 
 

@@ -2,6 +2,7 @@
 
 Routes:
   POST /v1/chat/completions   streamed or not; honours process faults and the X-Sim-Fault header
+  POST /v1/embeddings         deterministic vectors (sim/embeddings.py)
   GET  /v1/models             the profile's model ids (a body that never ends under `drip_health`)
   GET  /health                200, or the process status fault (>= 500), a stall, or a drip
   GET  /sim/control           current faults, counters and profile
@@ -22,6 +23,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from sim.embeddings import EmbeddingsError, embed
 from sim.faults import FAULT_HEADER, FaultError, Faults, faults_from_mapping, parse_faults
 from sim.profile import SimProfile
 from sim.reply import RequestError, plan_reply
@@ -40,6 +42,7 @@ def create_sim_app(profile: SimProfile | None = None) -> Starlette:
     handlers = _Handlers(state)
     routes = [
         Route("/v1/chat/completions", handlers.chat_completions, methods=["POST"]),
+        Route("/v1/embeddings", handlers.embeddings, methods=["POST"]),
         Route("/v1/models", handlers.models, methods=["GET"]),
         Route("/health", handlers.health, methods=["GET"]),
         Route("/sim/control", handlers.control, methods=["GET"]),
@@ -133,6 +136,29 @@ class _Handlers:
         if faults.usage is not None:
             reply = dataclasses.replace(reply, reported_usage=faults.usage)
         return ChatResponse(self._state, reply, faults)
+
+    async def embeddings(self, request: Request) -> Response:
+        """Deterministic embeddings (sim/embeddings.py); the X-Sim-Fault status and error rate apply."""
+        state = self._state
+        state.counters.requests += 1
+        header = request.headers.get(FAULT_HEADER)
+        try:
+            faults = state.faults if header is None else parse_faults(header)
+        except FaultError as exc:
+            return error_response(400, str(exc), param="X-Sim-Fault")
+        if faults.status is not None:
+            state.record_fault("status")
+            return fault_status_response(faults)
+        try:
+            answer = embed(orjson.loads(await request.body()))
+        except orjson.JSONDecodeError:
+            return error_response(400, "request body is not valid JSON")
+        except EmbeddingsError as exc:
+            return error_response(400, exc.message, param=exc.param)
+        except ClientDisconnect:
+            return Response(status_code=499)
+        state.record_status(200)
+        return Response(orjson.dumps(answer), media_type="application/json")
 
     async def models(self, request: Request) -> Response | DripResponse:
         if self._state.faults.drip_health:

@@ -23,6 +23,7 @@ WRITERS: dict[str, set[str]] = {
     "include_usage": {"http/requests.py"},
     "echo": {"http/requests.py", "sessions/stage.py"},  # AppendHistory: store false when nothing is kept
     "continuity": {"http/requests.py"},
+    "operation": {"http/requests.py"},
     "conversation": {"sessions/stage.py"},
     "kept_items": {"sessions/stage.py"},
     # Shared on purpose, rewritten in stage order (see RequestContext's docstring).

@@ -94,3 +94,20 @@ def test_the_responses_snippet_runs_as_written(sim_pair: list[Announced], tmp_pa
     assert namespace["response"].status == "incomplete"
     assert namespace["final"].status == "completed"
     assert namespace["final"].output_text
+
+
+def test_the_messages_and_embeddings_snippets_run_as_written(sim_pair: list[Announced], tmp_path: Path) -> None:
+    models = [
+        {"name": "sim-model", "deployments": [deployment("a", sim_pair[0])]},
+        {"name": "my-embedder", "deployments": [deployment("e1", sim_pair[0], serves=["embeddings"])]},
+    ]
+    with running_gateway(tmp_path, gateway_config(models=models)) as gateway:
+        results: dict[str, dict[str, Any]] = {}
+        for section in ("Anthropic Messages API", "Embeddings"):
+            snippet = readme_block(section, language="python")
+            code = snippet.replace("http://127.0.0.1:8080", gateway.url).replace("agw_...", gateway.key)
+            results[section] = {}
+            exec(compile(code, "README.md", "exec"), results[section])
+    assert results["Anthropic Messages API"]["message"].stop_reason == "max_tokens"  # the sim writes max_tokens
+    assert results["Anthropic Messages API"]["text"]
+    assert len(results["Embeddings"]["vectors"].data) == 2

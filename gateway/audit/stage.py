@@ -79,7 +79,7 @@ def request_record(ctx: RequestContext, status: int, error: GatewayError | None,
         "charged_tokens": ctx.charged_tokens,
         "ttft_ms": round(ctx.ttft_s * 1000, 3) if ctx.ttft_s is not None else None,
         "duration_ms": round((time.monotonic() - ctx.started) * 1000, 3),
-        "prompt_sha256": sha256_json(ctx.body.get("messages")),
+        "prompt_sha256": sha256_json(ctx.body.get("messages", ctx.body.get("input"))),  # input: embeddings
         "completion_sha256": hashlib.sha256(completion.encode()).hexdigest(),
         "quota_note": ctx.quota_note,
         "session_note": "answered without a checkpoint: the store was unavailable" if ctx.session_unresumable else None,

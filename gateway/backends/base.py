@@ -1,4 +1,5 @@
-"""The backend seam: one request in, an async stream of normalized chunks out.
+"""The backend seam: one request in, an async stream of normalized chunks out (for an embeddings
+request, one chunk carrying them).
 
 Every upstream call goes through `Backend.stream`. A backend translates its transport's failures
 into `gateway.errors.UpstreamError` subclasses; the router never sees httpx or litellm exceptions.
@@ -19,6 +20,9 @@ class BackendRequest:
 
     body: dict[str, Any]
     headers: Mapping[str, str] = field(default_factory=dict)
+    # "chat": stream a chat completion; "embeddings": one chunk whose `extra` holds the embeddings
+    # (`data`) and whose usage counts the input (settings.Operation's values).
+    operation: str = "chat"
 
 
 class Backend(Protocol):

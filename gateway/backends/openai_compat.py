@@ -33,7 +33,7 @@ from gateway.backends.http_transport import (
     TransportError,
 )
 from gateway.backends.upstream_route import Route
-from gateway.core.chunks import Chunk
+from gateway.core.chunks import Chunk, Usage
 from gateway.errors import (
     UpstreamConnectError,
     UpstreamError,
@@ -46,6 +46,7 @@ from gateway.settings import Continuation, DeploymentSettings
 from gateway.wire import chunk_from_openai, plain_text
 
 _MAX_ERROR_BODY = 16 * 1024
+_MAX_EMBEDDINGS_BODY = 64 * 1024 * 1024  # 2048 inputs of 3072 floats as JSON, with room
 # A health answer is read whole (a 200 whose body never ends is no answer), up to this size.
 _MAX_PROBE_BODY = 1024 * 1024
 # A timer may fire a hair before its time (uvloop counts in milliseconds): that is on time.
@@ -70,6 +71,8 @@ class OpenAICompatBackend:
         fixed = {**headers, "accept-encoding": "gzip, deflate", "user-agent": "agent-gateway"}
         json_headers = {**fixed, "content-type": "application/json", "accept": "text/event-stream"}
         self._chat = _template_or_error(self._route, "POST", self._route.path + "/chat/completions", json_headers)
+        answer_headers = {**json_headers, "accept": "application/json"}
+        self._embeddings = _template_or_error(self._route, "POST", self._route.path + "/embeddings", answer_headers)
         self._health = _health_request(self._route, deployment, fixed)
         # vLLM-style servers say on every chunk how many tokens the answer has so far: what a
         # continuation's max_tokens and a failed attempt's usage are counted in.
@@ -78,6 +81,9 @@ class OpenAICompatBackend:
         self._live: set[_Deadline] = set()
 
     async def stream(self, request: BackendRequest) -> AsyncGenerator[Chunk, None]:
+        if request.operation == "embeddings":
+            yield await self._embed(request)
+            return
         body = {**request.body, "stream": True}
         body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
         if self._running_usage:
@@ -122,11 +128,57 @@ class OpenAICompatBackend:
             self._live.discard(deadline)
             deadline.cancel()
 
+    async def _embed(self, request: BackendRequest) -> Chunk:
+        """POST /embeddings, the whole answer read within the first-token deadline: one chunk with
+        the embeddings (`extra["data"]`) and the input's usage."""
+        deadline = _Deadline(self._timeouts.first_token_s, self._timeouts.stall_s)
+        self._live.add(deadline)
+        try:
+            upstream = await self._send(orjson.dumps(request.body), request.headers, deadline, self._embeddings)
+            try:
+                if upstream.status != 200:
+                    raise await self._status_error(upstream)
+                body = b""
+                while part := await upstream.receive():
+                    body += part
+                    if len(body) > _MAX_EMBEDDINGS_BODY:
+                        raise UpstreamProtocolError(
+                            f"embeddings over {_MAX_EMBEDDINGS_BODY} bytes", deployment=self.name
+                        )
+            finally:
+                await upstream.aclose(self._timeouts.stall_s)
+        except (TimeoutError, TransportError) as exc:
+            translated = self._translate(exc, deadline)
+            if translated is None:
+                raise
+            raise translated from None
+        finally:
+            self._live.discard(deadline)
+            deadline.cancel()
+        return self._embeddings_chunk(body)
+
+    def _embeddings_chunk(self, body: bytes) -> Chunk:
+        answer = _loads_or_none(body)
+        data = answer.get("data") if isinstance(answer, dict) else None
+        if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):
+            raise UpstreamProtocolError(f"embeddings answer without a data list: {body[:200]!r}", deployment=self.name)
+        usage = answer.get("usage") if isinstance(answer, dict) else None
+        prompt = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+        tokens = prompt if isinstance(prompt, int) and prompt >= 0 else 0
+        return Chunk(finish_reason="stop", usage=Usage(prompt_tokens=tokens, total_tokens=tokens), extra={"data": data})
+
     def cut_idle(self, idle_s: float) -> int:
         return sum(deadline.cut(idle_s) for deadline in list(self._live))
 
-    async def _send(self, payload: bytes, headers: Mapping[str, str], deadline: _Deadline) -> Response:
-        template = self._chat
+    async def _send(
+        self,
+        payload: bytes,
+        headers: Mapping[str, str],
+        deadline: _Deadline,
+        template: RequestTemplate | ValueError | None = None,
+    ) -> Response:
+        """POST `payload` with the chat request's head, or `template`'s."""
+        template = self._chat if template is None else template
         if isinstance(template, ValueError):
             raise template  # a key that is no valid header: not the upstream's doing, nor retryable
         data = template.render(payload, headers)

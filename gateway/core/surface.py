@@ -57,6 +57,7 @@ class ParsedRequest:
     # parameters): opaque to the kernel, handed back to the surface in the AnswerHead.
     echo: Mapping[str, Any] = field(default_factory=dict)
     continuity: Continuity | None = None  # None: the surface keeps no answers (chat completions)
+    operation: str = "chat"  # what the deployments are asked (settings.Operation): "embeddings" for embeddings
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from gateway.core.chunks import Chunk
 from gateway.deadlines import deadline_in
 from gateway.errors import BodyTooLarge, RequestTimeout
 from gateway.pipeline import Handler, RequestContext
+from gateway.settings import Operation
 
 
 async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
@@ -61,6 +62,7 @@ class ParseRequest:
         ctx.include_usage = parsed.include_usage
         ctx.echo = parsed.echo
         ctx.continuity = parsed.continuity
+        ctx.operation = Operation(parsed.operation)
         async with contextlib.aclosing(call_next(ctx)) as chunks:
             async for chunk in chunks:
                 yield chunk

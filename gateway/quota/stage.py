@@ -21,7 +21,7 @@ from gateway.core.principal import Limits, Principal
 from gateway.errors import InsufficientQuota, RateLimited, StoreNotReached, StoreUnavailable
 from gateway.ids import RandomIds
 from gateway.pipeline import Handler, RequestContext
-from gateway.settings import FailMode, QuotaSettings
+from gateway.settings import FailMode, Operation, QuotaSettings
 from gateway.store.base import AdmitRequest, AdmitResult, QuotaScope, QuotaStore, Reservation, ScopeUsage
 from gateway.store.session_record import QuotaHold
 from gateway.tokens import counted, estimate_prompt_tokens
@@ -150,12 +150,16 @@ class Admit:
         assert ctx.principal is not None
         ctx.estimated_prompt_tokens = estimate_prompt_tokens(ctx.body)
         max_tokens = ctx.body.get("max_completion_tokens") or ctx.body.get("max_tokens")
-        if max_tokens is None and any(s.limits.tpm is not None or s.limits.daily_tokens is not None for s in scopes):
+        if ctx.operation is not Operation.CHAT:
+            max_tokens = 0  # embeddings write nothing: their cost is their input
+        elif max_tokens is None and any(s.limits.tpm is not None or s.limits.daily_tokens is not None for s in scopes):
             # What is reserved is what may be written: the upstream is told, and the router ends
             # an answer that goes past it (with finish_reason "length") if the upstream does not.
             max_tokens = self._settings.default_max_tokens
             ctx.body = {**ctx.body, "max_tokens": max_tokens}
-        tokens = ctx.estimated_prompt_tokens + int(max_tokens or self._settings.default_max_tokens)
+        tokens = ctx.estimated_prompt_tokens + int(
+            self._settings.default_max_tokens if max_tokens is None else max_tokens
+        )
         request = AdmitRequest(
             tenant=ctx.principal.tenant,
             scopes=scopes,

@@ -94,7 +94,7 @@ class CanaryFallback:
                 raise
         ctx.canary_failed = True
         candidate_prompt = {"role": "system", "content": ctx.release_prompt}
-        messages = ctx.body["messages"]
+        messages = ctx.body.get("messages")
         if ctx.release_prompt and messages and messages[0] == candidate_prompt:
             ctx.body = {**ctx.body, "messages": messages[1:]}
         _apply(ctx, fallback)
@@ -110,7 +110,9 @@ def _apply(ctx: RequestContext, record: Release) -> None:
     system_prompt = record.prompt.system_prompt
     ctx.release_prompt = system_prompt
     prompt_message = {"role": "system", "content": system_prompt}
-    messages = ctx.body["messages"]
+    messages = ctx.body.get("messages")
+    if messages is None:
+        return  # not a conversation (embeddings): there is no prompt to put in front
     # A stateful session's stored history already starts with it: add it once.
     if system_prompt and (not messages or messages[0] != prompt_message):
         ctx.body = {**ctx.body, "messages": [prompt_message, *messages]}

@@ -22,7 +22,7 @@ from typing import Any
 
 from gateway.core.chunks import Chunk, ToolCallDelta, Usage
 from gateway.errors import UpstreamError
-from gateway.settings import Continuation, DeploymentSettings
+from gateway.settings import Continuation, DeploymentSettings, Operation
 from gateway.tokens import CHARS_PER_TOKEN_FLOOR, floor_tokens, output_characters
 
 _TOKEN_LIMITS = ("max_completion_tokens", "max_tokens")
@@ -40,10 +40,15 @@ class Interrupted(Exception):
 
 class StreamProgress:
     def __init__(
-        self, body: dict[str, Any], resume: tuple[str, int] | None = None, allowed: frozenset[str] | None = None
+        self,
+        body: dict[str, Any],
+        resume: tuple[str, int] | None = None,
+        allowed: frozenset[str] | None = None,
+        operation: Operation = Operation.CHAT,
     ) -> None:
         self._body = body
         self._allowed = allowed  # the active release's deployments
+        self.operation = operation
         text, chunks = resume or ("", 0)
         self._text: list[str] = [text] if text else []
         # Tokens sent, the max_tokens unit: as the upstream counts them when it says (Chunk.tokens),
@@ -79,6 +84,8 @@ class StreamProgress:
         """May this deployment produce (the rest of) the answer? It must belong to the request's
         release; any may start an answer, only one that can continue may finish one."""
         if self._allowed is not None and deployment.name not in self._allowed:
+            return False
+        if self.operation not in deployment.serves:
             return False
         return not self._text or deployment.continuation is not Continuation.NONE
 

@@ -21,6 +21,7 @@ from gateway.core.route_log import Attempt, RouteLog
 from gateway.deadlines import deadline_at
 from gateway.errors import (
     DeadlineExceeded,
+    InvalidRequest,
     NoDeploymentAvailable,
     RateLimited,
     StreamInterrupted,
@@ -33,7 +34,7 @@ from gateway.routing.failover import Interrupted, StreamProgress
 from gateway.routing.stats import find_slow
 from gateway.routing.strategies import Order
 from gateway.routing.trace import RouteTrace, UntracedRoute
-from gateway.settings import RoutingSettings
+from gateway.settings import Operation, RoutingSettings
 
 
 class ModelGroup:
@@ -91,6 +92,7 @@ class Router:
         resume: tuple[str, int] | None = None,
         trace: RouteTrace | None = None,
         allowed: frozenset[str] | None = None,
+        operation: Operation = Operation.CHAT,
     ) -> AsyncGenerator[Chunk, None]:
         """The answer for `body` from the best deployments of `model`, as one uninterrupted stream.
 
@@ -100,8 +102,13 @@ class Router:
         hears about attempts, retries and failovers.
         """
         group = self.groups[model]
+        if not any(operation in d.settings.serves for d in group.deployments):
+            raise InvalidRequest(
+                f"The model '{model}' serves no {operation.value}: none of its deployments lists it in 'serves'",
+                param="model",
+            )
         trace = trace or UntracedRoute()
-        progress = StreamProgress(body, resume, allowed)
+        progress = StreamProgress(body, resume, allowed, operation)
         avoid: set[str] = set()
         while True:
             try:
@@ -159,7 +166,9 @@ class Router:
             body = progress.request_for(deployment.settings)
             try:
                 with trace.attempt(group.name, deployment, attempt, len(log.attempts), body) as traced:
-                    request = BackendRequest({**body, "model": deployment.settings.model}, traced.headers)
+                    request = BackendRequest(
+                        {**body, "model": deployment.settings.model}, traced.headers, progress.operation.value
+                    )
                     upstream = self._attempt(group, deployment, request, attempt, progress, first_output_by)
                     async with contextlib.aclosing(upstream) as chunks:
                         async for chunk in chunks:
