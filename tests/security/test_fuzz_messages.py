@@ -1,6 +1,6 @@
-"""Property-based fuzzing of POST /v1/messages and /v1/messages/count_tokens against a served
-gateway (issue 32): no answer is a 5xx or an in-band internal error, none hangs past a bound, and
-afterwards the audit chain verifies and no quota lease is left behind (test_fuzz_chat.py)."""
+"""Property-based fuzzing of POST /v1/messages, /v1/messages/count_tokens and /v1/embeddings against
+a served gateway (issue 32): no answer is a 5xx or an in-band internal error, none hangs past a
+bound, and afterwards the audit chain verifies and no quota lease is left behind (test_fuzz_chat.py)."""
 
 from __future__ import annotations
 
@@ -21,13 +21,18 @@ from common.processes import Announced
 from testkit.procs import Gateway, deployment, gateway_config, policy_file, running_gateway
 from tests.security.helpers import SECURITY_POLICY
 from tests.security.messages_strategies import MESSAGES_BODY
+from tests.security.strategies import DEEP, JSON, LEAF
 from tests.security.test_fuzz_chat import CONCURRENCY, REQUEST_TIMEOUT_S, Tally, run_and_report
 
 
 @pytest.fixture(scope="module")
 def fuzzed(sim_pair: list[Announced], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     path: Path = tmp_path_factory.mktemp("fuzz-messages")
-    config = gateway_config(deployment("a", sim_pair[0]), tools={"policy_file": policy_file(path, SECURITY_POLICY)})
+    models = [
+        {"name": "sim-model", "deployments": [deployment("a", sim_pair[0])]},
+        {"name": "sim-embed", "deployments": [deployment("e", sim_pair[0], serves=["embeddings"])]},
+    ]
+    config = gateway_config(models=models, tools={"policy_file": policy_file(path, SECURITY_POLICY)})
     with running_gateway(path, config) as running:
         _, running.key = running.create_key(max_concurrency=CONCURRENCY, rpm=100_000)
         yield running
@@ -51,6 +56,46 @@ def test_fuzz_messages_never_5xx(
         tally.check(reply, repr(content[:300]))
 
     run_and_report(case, tally, "messages", fuzzed, record_property, capsys)
+
+
+VALID_EMBEDDINGS = st.fixed_dictionaries(
+    {
+        "model": st.just("sim-embed"),
+        "input": st.text(max_size=40) | st.lists(st.text(max_size=10), min_size=1, max_size=3),
+    },
+    optional={"encoding_format": st.sampled_from(["float", "base64"]), "dimensions": st.integers(1, 32)},
+)
+EMBEDDINGS_BODY = VALID_EMBEDDINGS | st.fixed_dictionaries(
+    {"model": st.sampled_from(["sim-embed", "sim-model"]) | LEAF},
+    optional={
+        "input": st.text(max_size=40)
+        | st.lists(st.text(max_size=10), max_size=3)
+        | st.lists(st.integers(min_value=-2, max_value=50_000), max_size=4)
+        | st.lists(st.lists(st.integers(min_value=0, max_value=100), max_size=3), max_size=2)
+        | JSON,
+        "encoding_format": st.sampled_from(["float", "base64", "int8"]) | LEAF,
+        "dimensions": st.integers(min_value=-1, max_value=64) | LEAF,
+        "user": LEAF,
+        "stream": LEAF,
+    },
+)
+
+
+def test_fuzz_embeddings_never_5xx(
+    fuzzed: Gateway, record_property: Callable[[str, Any], None], capsys: pytest.CaptureFixture[str]
+) -> None:
+    tally = Tally()
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {fuzzed.key}"}
+
+    @given(body=EMBEDDINGS_BODY | DEEP | st.binary(max_size=200).map(lambda raw: ("raw", raw)))
+    def case(body: Any) -> None:
+        content = body[1] if isinstance(body, tuple) else json.dumps(body).encode("utf-8", "surrogatepass")
+        with httpx.Client(timeout=REQUEST_TIMEOUT_S) as client:
+            reply = client.post(f"{fuzzed.url}/v1/embeddings", content=content, headers=headers)
+        tally.check(reply, repr(content[:300]))
+
+    run_and_report(case, tally, "embeddings", fuzzed, record_property, capsys)
+    assert tally.statuses[200] > 0, "no case was a request the gateway could serve"
 
 
 _ANSWERS = {"responses": {"default": {"description": "any"}}}
@@ -83,22 +128,41 @@ _BODY = {
     },
     "additionalProperties": False,
 }
-# The Messages routes are served as Starlette routes, not FastAPI operations: their schema is
-# written here, the subset of Anthropic's documented request the gateway serves.
+# The Messages and embeddings routes are served as Starlette routes, not FastAPI operations: their
+# schema is written here, the subset of Anthropic's and OpenAI's documented requests the gateway serves.
+_EMBEDDINGS_BODY = {
+    "type": "object",
+    "required": ["model", "input"],
+    "properties": {
+        "model": {"type": "string", "enum": ["sim-embed"]},
+        "input": {
+            "anyOf": [
+                {"type": "string", "maxLength": 30},
+                {"type": "array", "items": {"type": "string", "maxLength": 10}, "minItems": 1, "maxItems": 3},
+            ]
+        },
+        "encoding_format": {"type": "string", "enum": ["float", "base64"]},
+        "dimensions": {"type": "integer", "minimum": 1, "maximum": 32},
+    },
+    "additionalProperties": False,
+}
+_BODIES = {"/v1/messages": _BODY, "/v1/messages/count_tokens": _BODY, "/v1/embeddings": _EMBEDDINGS_BODY}
 MESSAGES_ROUTES_SCHEMA: dict[str, Any] = {
     "openapi": "3.0.3",
-    "info": {"title": "Messages routes", "version": "1"},
+    "info": {"title": "Messages and embeddings routes", "version": "1"},
     "paths": {
         route: {
-            "post": {"requestBody": {"required": True, "content": {"application/json": {"schema": _BODY}}}, **_ANSWERS}
+            "post": {"requestBody": {"required": True, "content": {"application/json": {"schema": body}}}, **_ANSWERS}
         }
-        for route in ("/v1/messages", "/v1/messages/count_tokens")
+        for route, body in _BODIES.items()
     },
 }
 SCHEMA_CASES_PER_OPERATION = 15  # per generation mode
 
 
-def test_schemathesis_on_the_messages_routes_finds_no_5xx(fuzzed: Gateway, capsys: pytest.CaptureFixture[str]) -> None:
+def test_schemathesis_on_the_messages_and_embeddings_routes_finds_no_5xx(
+    fuzzed: Gateway, capsys: pytest.CaptureFixture[str]
+) -> None:
     schema: Any = schemathesis.openapi.from_dict(MESSAGES_ROUTES_SCHEMA)
     statuses: Counter[int] = Counter()
     server_errors: list[str] = []
@@ -128,6 +192,6 @@ def test_schemathesis_on_the_messages_routes_finds_no_5xx(fuzzed: Gateway, capsy
                     raise
     with capsys.disabled():
         cases = sum(statuses.values())
-        print(f"\nschemathesis messages routes: {len(operations)} operations, {cases} cases, {dict(statuses)}")
+        print(f"\nschemathesis messages and embeddings: {len(operations)} operations, {cases} cases, {dict(statuses)}")
     assert server_errors == [], server_errors
     assert statuses[200] > 0, "no case fit the schema and was answered"
