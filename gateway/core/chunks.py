@@ -76,6 +76,13 @@ class Chunk:
     choice_extra: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def text_pieces(self) -> tuple[str, ...]:
+        """The texts to send as one event each: a joined chunk's pieces (coalesce.py), unless a stage
+        rewrote its content since, else its content whole; none without content."""
+        if not self.content:
+            return ()
+        return self.pieces if self.pieces and "".join(self.pieces) == self.content else (self.content,)
+
     @property
     def carries_output(self) -> bool:
         """True once the model has produced something: the point after which a retry is visible."""

@@ -116,10 +116,8 @@ class MessagesWriter:
 
     def chunk(self, chunk: Chunk) -> list[bytes]:
         events = self._start()
-        if chunk.content:
-            pieces = chunk.pieces if chunk.pieces and "".join(chunk.pieces) == chunk.content else (chunk.content,)
-            for piece in pieces:
-                events += self._text(piece)
+        for piece in chunk.text_pieces():
+            events += self._text(piece)
         for delta in chunk.tool_calls:
             events += self._call(delta)
         if chunk.finish_reason is not None:

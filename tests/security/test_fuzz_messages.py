@@ -5,7 +5,6 @@ bound, and afterwards the audit chain verifies and no quota lease is left behind
 from __future__ import annotations
 
 import json
-from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -13,14 +12,14 @@ from typing import Any
 import httpx
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
-from schemathesis import GenerationMode
 
 from common.processes import Announced
 from testkit.procs import Gateway, deployment, gateway_config, policy_file, running_gateway
 from tests.security.helpers import SECURITY_POLICY
 from tests.security.messages_strategies import MESSAGES_BODY
+from tests.security.schema_fuzz import fuzz_schema
 from tests.security.strategies import DEEP, JSON, LEAF
 from tests.security.test_fuzz_chat import CONCURRENCY, REQUEST_TIMEOUT_S, Tally, run_and_report
 
@@ -163,35 +162,13 @@ SCHEMA_CASES_PER_OPERATION = 15  # per generation mode
 def test_schemathesis_on_the_messages_and_embeddings_routes_finds_no_5xx(
     fuzzed: Gateway, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    schema: Any = schemathesis.openapi.from_dict(MESSAGES_ROUTES_SCHEMA)
-    statuses: Counter[int] = Counter()
-    server_errors: list[str] = []
-    headers = {"x-api-key": fuzzed.key, "anthropic-version": "2023-06-01"}
-    operations = [result.ok() for result in schema.get_all_operations()]
-    for operation in operations:
-        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+    headers = {"x-api-key": fuzzed.key, "anthropic-version": "2023-06-01"}  # x-api-key: every route takes it
 
-            @settings(
-                max_examples=SCHEMA_CASES_PER_OPERATION,
-                deadline=None,
-                derandomize=True,
-                database=None,
-                suppress_health_check=list(HealthCheck),
-            )
-            @given(case=operation.as_strategy(generation_mode=mode))
-            def run(case: Any) -> None:
-                response = case.call(base_url=fuzzed.url, headers=headers, timeout=REQUEST_TIMEOUT_S)
-                statuses[response.status_code] += 1
-                if response.status_code >= 500:
-                    server_errors.append(f"{case.method} {case.formatted_path}: {response.text[:300]}")
+    def send(case: Any) -> list[Any]:
+        return [case.call(base_url=fuzzed.url, headers=headers, timeout=REQUEST_TIMEOUT_S)]
 
-            try:
-                run()
-            except Exception as error:  # schemathesis cannot build cases for this operation and mode
-                if "Unsatisfiable" not in type(error).__name__:
-                    raise
+    result = fuzz_schema(schemathesis.openapi.from_dict(MESSAGES_ROUTES_SCHEMA), SCHEMA_CASES_PER_OPERATION, send)
     with capsys.disabled():
-        cases = sum(statuses.values())
-        print(f"\nschemathesis messages and embeddings: {len(operations)} operations, {cases} cases, {dict(statuses)}")
-    assert server_errors == [], server_errors
-    assert statuses[200] > 0, "no case fit the schema and was answered"
+        print("\n" + result.figures("messages and embeddings routes"))
+    assert result.server_errors == [], result.server_errors
+    assert result.statuses[200] > 0, "no case fit the schema and was answered"

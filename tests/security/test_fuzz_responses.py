@@ -5,7 +5,6 @@ verifies and no quota lease is left behind, as for the chat endpoint (test_fuzz_
 from __future__ import annotations
 
 import json
-from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -13,14 +12,14 @@ from typing import Any
 import httpx
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
-from schemathesis import GenerationMode
 
 from common.processes import Announced
 from testkit.procs import Gateway, deployment, gateway_config, policy_file, running_gateway
 from tests.security.helpers import SECURITY_POLICY
 from tests.security.responses_strategies import RESPONSES_BODY
+from tests.security.schema_fuzz import fuzz_schema
 from tests.security.test_fuzz_chat import CONCURRENCY, REQUEST_TIMEOUT_S, Tally, run_and_report
 
 
@@ -123,36 +122,16 @@ def test_schemathesis_on_the_responses_routes_finds_no_5xx(
         headers=fuzzed.headers(),
         timeout=REQUEST_TIMEOUT_S,
     ).json()
-    schema: Any = schemathesis.openapi.from_dict(RESPONSES_ROUTES_SCHEMA)
-    statuses: Counter[int] = Counter()
-    server_errors: list[str] = []
-    operations = [result.ok() for result in schema.get_all_operations()]
-    for operation in operations:
-        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
 
-            @settings(
-                max_examples=SCHEMA_CASES_PER_OPERATION,
-                deadline=None,
-                derandomize=True,
-                database=None,
-                suppress_health_check=list(HealthCheck),
-            )
-            @given(case=operation.as_strategy(generation_mode=mode), known=st.booleans())
-            def run(case: Any, known: bool) -> None:
-                if known and case.path_parameters and "response_id" in case.path_parameters:
-                    case.path_parameters["response_id"] = kept["id"]  # a response that exists
-                response = case.call(base_url=fuzzed.url, headers=fuzzed.headers(), timeout=REQUEST_TIMEOUT_S)
-                statuses[response.status_code] += 1
-                if response.status_code >= 500:
-                    server_errors.append(f"{case.method} {case.formatted_path}: {response.text[:300]}")
+    def send(case: Any) -> list[Any]:
+        answers = [case.call(base_url=fuzzed.url, headers=fuzzed.headers(), timeout=REQUEST_TIMEOUT_S)]
+        if case.path_parameters and "response_id" in case.path_parameters:
+            case.path_parameters["response_id"] = kept["id"]  # and for a response that exists
+            answers.append(case.call(base_url=fuzzed.url, headers=fuzzed.headers(), timeout=REQUEST_TIMEOUT_S))
+        return answers
 
-            try:
-                run()
-            except Exception as error:  # schemathesis cannot build cases for this operation and mode
-                if "Unsatisfiable" not in type(error).__name__:
-                    raise
-    cases = sum(statuses.values())
+    result = fuzz_schema(schemathesis.openapi.from_dict(RESPONSES_ROUTES_SCHEMA), SCHEMA_CASES_PER_OPERATION, send)
     with capsys.disabled():
-        print(f"\nschemathesis responses routes: {len(operations)} operations, {cases} cases, {dict(statuses)}")
-    record_property("fuzz_responses_routes_cases", cases)
-    assert server_errors == [], server_errors
+        print("\n" + result.figures("responses routes"))
+    record_property("fuzz_responses_routes_cases", result.cases)
+    assert result.server_errors == [], result.server_errors
