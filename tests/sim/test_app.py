@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import base64
+import struct
 import time
 from typing import Any
 
@@ -8,6 +10,7 @@ import orjson
 import pytest
 
 from sim.app import create_sim_app
+from sim.embeddings import vector
 from sim.profile import SimProfile
 from sim.respond import SimulatedCut
 from sim.text import generate_tokens
@@ -293,8 +296,23 @@ def _is_json(text: str) -> bool:
 
 
 async def test_unknown_route_and_wrong_method_get_openai_errors(client: httpx.AsyncClient) -> None:
-    assert_openai_error(await client.get("/v1/embeddings"), 404)
+    assert_openai_error(await client.get("/v1/no-such-route"), 404)
     assert_openai_error(await client.get("/v1/chat/completions"), 405)
+    assert_openai_error(await client.get("/v1/embeddings"), 405)
+
+
+async def test_embeddings_are_the_same_for_the_same_input_and_come_as_floats_or_base64(
+    client: httpx.AsyncClient,
+) -> None:
+    texts = ["one two", "three"]
+    body = {"model": "sim-model", "input": texts, "dimensions": 4}
+    floats = (await client.post("/v1/embeddings", json=body)).json()
+    packed = (await client.post("/v1/embeddings", json={**body, "encoding_format": "base64"})).json()
+    assert [item["embedding"] for item in floats["data"]] == [vector("sim-model", t, 4) for t in texts]
+    decoded = struct.unpack("<4f", base64.b64decode(packed["data"][0]["embedding"]))
+    assert decoded == pytest.approx(floats["data"][0]["embedding"], abs=1e-6)
+    assert floats["usage"] == {"prompt_tokens": 3, "total_tokens": 3}
+    assert_openai_error(await client.post("/v1/embeddings", json={"model": "sim-model", "input": []}), 400)
 
 
 async def test_length_fault_ignores_max_tokens_and_finishes_with_stop(client: httpx.AsyncClient) -> None:
