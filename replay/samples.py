@@ -159,12 +159,22 @@ def _is_responses(body: dict[str, Any]) -> bool:
     return isinstance(body.get("input"), str | list) and "messages" not in body
 
 
+def _is_messages(body: dict[str, Any]) -> bool:
+    """An Anthropic Messages body: messages with a top-level `system`, or tools with `input_schema`
+    (a chat body has neither; one with no system and no tools needs the line's `"api"`)."""
+    tools = body.get("tools")
+    schema_tools = isinstance(tools, list) and any(isinstance(t, dict) and "input_schema" in t for t in tools)
+    return isinstance(body.get("messages"), list) and ("system" in body or schema_tools)
+
+
 def _api_of(body: dict[str, Any], named: Any = None) -> str:
-    """The API a body is for: the line's `api` when it names one (an Anthropic Messages body looks
-    like a chat one), else the Responses API for `input` without `messages`, else chat."""
+    """The API a body is for: the line's `api` when it names one, else the Responses API for
+    `input` without `messages`, the Messages API for its own marks (`_is_messages`), else chat."""
     if isinstance(named, str) and named in _APIS:
         return named
-    return RESPONSES if _is_responses(body) else CHAT
+    if _is_responses(body):
+        return RESPONSES
+    return MESSAGES if _is_messages(body) else CHAT
 
 
 def _plain(item: dict[str, Any], where: str) -> Sample | str:

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from common.processes import Announced
@@ -17,8 +18,8 @@ from replay.client import ClientConfig
 from replay.runner import LoadPlan
 from replay.samples import MESSAGES, RESPONSES, Overrides, load_samples
 from replay.session import RunOptions, replay, run_blocking
-from testkit.procs import Gateway, deployment, gateway_config, running_gateway
-from tests.replay.conftest import chat_body, write_jsonl
+from testkit.procs import Gateway, deployment, gateway_config, policy_file, running_gateway
+from tests.replay.conftest import SHARED_SAMPLES, chat_body, write_jsonl
 
 TOKENS = 8
 
@@ -81,11 +82,38 @@ def test_responses_samples_are_sent_to_their_api_and_timed_like_chat_ones(gatewa
         assert (record["output_tokens"], record["tokens_source"]) == (TOKENS, "usage")
         assert record["finish_reason"] == "length"  # --max-tokens: the cap is what was asked
         assert 0 < record["ttft_s"] <= record["e2e_s"]
-        assert record["tpot_s"] is not None
-        assert record["tpot_s"] > 0
+        assert record["tpot_s"] is not None  # 0 when the sim's few tokens came in one read
     assert records["r-whole"]["ok"], records["r-whole"]
     assert records["r-whole"]["ttft_s"] == records["r-whole"]["e2e_s"]
     assert records["r-whole"]["output_tokens"] == TOKENS
     assert (records["r-gone"]["ok"], records["r-gone"]["reason"]) == (False, "http_404")
     assert records["m-whole"]["ok"], records["m-whole"]
     assert (records["m-whole"]["output_tokens"], records["m-whole"]["finish_reason"]) == (TOKENS, "length")
+
+
+def _every_tool_allowed(path: Path, samples_file: Path) -> str:
+    """A tool policy that whitelists every tool the samples offer (the gateway denies by default)."""
+    names: set[str] = set()
+    for line in samples_file.read_text().splitlines():
+        for tool in orjson.loads(line)["body"].get("tools", ()):
+            names.add(tool.get("name") or tool["function"]["name"])
+    listed = "\n".join(f"      - {{name: {name}, risk: low}}" for name in sorted(names))
+    return policy_file(path, f"policies:\n  agent:\n    tools:\n{listed}\nbindings:\n  tenants: {{acme: agent}}\n")
+
+
+@pytest.mark.skipif(not (SHARED_SAMPLES / "bfcl_live_responses.jsonl").exists(), reason="../shared/samples is absent")
+@pytest.mark.parametrize("name", ["bfcl_live_responses.jsonl", "bfcl_live_messages.jsonl"])
+def test_the_shared_samples_replay_on_their_own_api_with_valid_tool_calls(
+    sim_pair: list[Announced], tmp_path: Path, name: str
+) -> None:
+    samples_file = SHARED_SAMPLES / name
+    policy = _every_tool_allowed(tmp_path, samples_file)
+    config = gateway_config(deployment("a", sim_pair[0]), tools={"policy_file": policy})
+    with running_gateway(tmp_path, config) as served:
+        client = ClientConfig(f"{served.url}/v1", api_key=served.key)
+        options = RunOptions(samples_file, client, LoadPlan(concurrency=16, count=0), Overrides(model="sim-model"))
+        document = run_blocking(replay(options))
+    summary = document["summary"]
+    assert (summary["requests"], summary["succeeded"]) == (240, 240), summary["failures"]
+    assert summary["finish_reasons"] == {"tool_calls": 240}  # the sim calls a tool it is offered
+    assert {record["ttft_s"] is not None for record in document["records"]} == {True}
