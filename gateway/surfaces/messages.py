@@ -22,6 +22,7 @@ from gateway.core.surface import AnswerHead, ParsedRequest
 from gateway.errors import GatewayError
 from gateway.surfaces.chat_request import decode_json, validate_chat_request
 from gateway.surfaces.messages_request import translate
+from gateway.surfaces.typed_events import typed_frame
 
 MESSAGES = "/v1/messages"
 # Anthropic's status for "no capacity, try again": the gateway's 502 and 503 (no deployment could
@@ -223,10 +224,7 @@ class Messages:
         return error_body(error)
 
     def frame(self, seq: int | None, payload: bytes) -> bytes:
-        kind = _event_type(payload)
-        if seq is None:
-            return b"event: %s\ndata: %s\n\n" % (kind, payload)
-        return b"id: %d\nevent: %s\ndata: %s\n\n" % (seq, kind, payload)
+        return typed_frame(seq, payload)
 
     def text_of(self, payload: bytes) -> str:
         if not payload.startswith(b'{"type":"content_block_delta"') or b'"text_delta"' not in payload:
@@ -240,15 +238,3 @@ class Messages:
 
     def answer_items(self, answer: Mapping[str, Any]) -> list[dict[str, Any]]:
         return []
-
-
-_TYPE_PREFIX = b'{"type":"'
-
-
-def _event_type(payload: bytes) -> bytes:
-    """Every payload starts with its type (events and the error body alike)."""
-    if payload.startswith(_TYPE_PREFIX):
-        end = payload.find(b'"', len(_TYPE_PREFIX))
-        if end > 0:
-            return payload[len(_TYPE_PREFIX) : end]
-    return b"error"

@@ -26,6 +26,7 @@ from gateway.core.surface import AnswerHead, ParsedRequest
 from gateway.errors import GatewayError, GenerationCancelled
 from gateway.surfaces.chat_request import decode_json, validate_chat_request
 from gateway.surfaces.responses_request import ECHO_DEFAULTS, translate
+from gateway.surfaces.typed_events import typed_frame
 
 RESPONSES = "/v1/responses"
 
@@ -332,10 +333,7 @@ class Responses:
         return gateway_error_body(error)
 
     def frame(self, seq: int | None, payload: bytes) -> bytes:
-        kind = _event_type(payload)
-        if seq is None:
-            return b"event: %s\ndata: %s\n\n" % (kind, payload)
-        return b"id: %d\nevent: %s\ndata: %s\n\n" % (seq, kind, payload)
+        return typed_frame(seq, payload)
 
     def text_of(self, payload: bytes) -> str:
         if not payload.startswith(b'{"type":"response.output_text.delta"'):
@@ -354,16 +352,5 @@ class Responses:
         return [item for item in output if isinstance(item, dict)] if isinstance(output, list) else []
 
 
-_TYPE_PREFIX = b'{"type":"'
 # The lifecycle events (created, in_progress, completed, incomplete, failed) carry the response.
 _RESPONSE_EVENT = b'{"type":"response.'
-
-
-def _event_type(payload: bytes) -> bytes:
-    """Every payload this surface writes starts with its type (the writer puts it first); an
-    error body (the in-band error of a stream that failed outside the writer) is an `error`."""
-    if payload.startswith(_TYPE_PREFIX):
-        end = payload.find(b'"', len(_TYPE_PREFIX))
-        if end > 0:
-            return payload[len(_TYPE_PREFIX) : end]
-    return b"error"
