@@ -180,8 +180,12 @@ async def test_connections_idle_through_a_restart_are_replaced_not_failed(tmp_pa
 
 
 async def test_calls_in_flight_when_the_server_dies_end_promptly(tmp_path: Path) -> None:
+    # What "promptly" means here: ended by the dead connection, not by the socket timeout. The
+    # timeout is long so that a loaded machine's slowness cannot pass for it (a 1 s bound against a
+    # 2 s timeout once failed at 1.03 s under the parallel lane's load).
     port = free_port()
-    store = open_store(port, timeout_s=2.0)
+    timeout_s = 10.0
+    store = open_store(port, timeout_s=timeout_s)
     failures: list[BaseException] = []
 
     async def keep_admitting() -> None:
@@ -197,8 +201,8 @@ async def test_calls_in_flight_when_the_server_dies_end_promptly(tmp_path: Path)
         await asyncio.sleep(0.3)
         server.send_signal(signal.SIGKILL)
         killed_at = time.monotonic()
-        await asyncio.wait_for(asyncio.gather(*workers), timeout=10)
-        assert time.monotonic() - killed_at < 1.0
+        await asyncio.wait_for(asyncio.gather(*workers), timeout=2 * timeout_s)
+        assert time.monotonic() - killed_at < timeout_s / 2
     assert len(failures) == 50
     await store.aclose()
 
