@@ -10,6 +10,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+
+# Imported now, while the tests are collected: schemathesis loads its OpenAPI modules on first use,
+# and pytest rewrites them (ast.parse) as they load. Mid-test, with the tests' own threads about,
+# that parse once failed in CI with "AST constructor recursion depth mismatch" (CPython's AST
+# converter and its recursion check, python/cpython#106905, seen rarely and with threads, as here
+# on 3.11.7); at collection nothing else runs.
+import schemathesis.specs.openapi.schemas  # noqa: F401
 from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 
